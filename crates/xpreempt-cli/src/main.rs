@@ -1,0 +1,42 @@
+//! `xpreempt`: run the scheduler on the built-in AMD model or a real GPU, load policies, and
+//! benchmark. Every subcommand prints a table for people, or one JSON object with `--json`.
+
+mod demo;
+mod output;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xpreempt", version, about = "Preemptive, priority-aware scheduling of GPU command queues")]
+struct Cli {
+    /// Print one JSON object instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Log filter, e.g. `info` or `xpreempt_core=debug` (also XPREEMPT_LOG).
+    #[arg(long, global = true, env = "XPREEMPT_LOG", default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the version and what this build can drive.
+    Version,
+    /// A small scheduling demo on the reference backend (virtual clock, no GPU).
+    Demo(demo::Args),
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
+        .with_writer(std::io::stderr)
+        .init();
+    let out = output::Output { json: cli.json };
+    match cli.command {
+        Command::Version => output::version(&out),
+        Command::Demo(args) => demo::run(&out, &args),
+    }
+}

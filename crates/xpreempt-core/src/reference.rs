@@ -1,0 +1,369 @@
+//! A reference backend on a virtual clock, for testing everything above the HAL without a GPU.
+//!
+//! Each queue executes its launched commands in order; queues run side by side without
+//! contention. A kernel is a row of blocks of fixed length. Lv2 stops a queue at the next block
+//! boundary (a non-deactivatable command runs to its end first); Lv3 stops it at once and keeps
+//! the position inside the block. Every executed block is recorded, so tests can check that each
+//! ran exactly once.
+
+use crate::command::{Command, Launched, Op, Seq};
+use crate::hal::{HalError, HwQueue, Level};
+use crate::{Nanos, QueueId};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// What a kernel does on the reference device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefKernel {
+    pub blocks: u32,
+    pub block_ns: Nanos,
+}
+
+/// How long a command other than a kernel takes.
+pub const OTHER_OP_NS: Nanos = 1_000;
+
+#[derive(Default)]
+struct Work {
+    seq: Seq,
+    blocks: u32,
+    block_ns: Nanos,
+    deactivatable: bool,
+    callback: Option<crate::command::HostFn>,
+}
+
+#[derive(Default)]
+struct QueueSim {
+    launched: VecDeque<Work>,
+    /// Index of the block being executed in the front command, and when it ends.
+    block: u32,
+    block_end: Option<Nanos>,
+    /// Time left in the current block when an interrupt saved it.
+    saved_remaining: Option<Nanos>,
+    stop_requested: bool,
+    stopped: Option<Level>,
+    completed: Seq,
+}
+
+#[derive(Default)]
+struct DeviceState {
+    now: Nanos,
+    queues: Vec<QueueSim>,
+    /// Times each (queue, seq) block ran.
+    executed: BTreeMap<(u32, Seq), Vec<u32>>,
+    launch_order: Vec<(u32, Seq)>,
+}
+
+/// The device: owns the clock and every queue's execution.
+#[derive(Clone, Default)]
+pub struct RefDevice {
+    state: Arc<Mutex<DeviceState>>,
+}
+
+/// One hardware queue of a [`RefDevice`].
+pub struct RefQueue {
+    device: RefDevice,
+    index: usize,
+    level: Level,
+}
+
+impl RefDevice {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DeviceState> {
+        // A panic in a test thread must not hide the state from the others.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn create_queue(&self, level: Level) -> RefQueue {
+        let mut st = self.lock();
+        st.queues.push(QueueSim::default());
+        RefQueue {
+            device: self.clone(),
+            index: st.queues.len() - 1,
+            level,
+        }
+    }
+
+    pub fn now(&self) -> Nanos {
+        self.lock().now
+    }
+
+    /// When the next block or command ends, if anything runs.
+    pub fn next_event(&self) -> Option<Nanos> {
+        self.lock().queues.iter().filter_map(|q| q.block_end).min()
+    }
+
+    /// Runs the device until `t`, or to the next event if `t` is earlier than now.
+    pub fn advance_to(&self, t: Nanos) {
+        let mut st = self.lock();
+        loop {
+            let next = st
+                .queues
+                .iter()
+                .enumerate()
+                .filter_map(|(i, q)| q.block_end.map(|e| (e, i)))
+                .min();
+            match next {
+                Some((end, i)) if end <= t => {
+                    st.now = end;
+                    finish_block(&mut st, i);
+                }
+                _ => break,
+            }
+        }
+        st.now = st.now.max(t);
+    }
+
+    /// How often each block of command `seq` of queue `queue` ran.
+    pub fn block_runs(&self, queue: &RefQueue, seq: Seq) -> Vec<u32> {
+        self.lock()
+            .executed
+            .get(&(queue.index as u32, seq))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Every (queue index, seq) in the order the device was handed them.
+    pub fn launch_order(&self) -> Vec<(u32, Seq)> {
+        self.lock().launch_order.clone()
+    }
+}
+
+fn start_block(st: &mut DeviceState, i: usize) {
+    let now = st.now;
+    let q = &mut st.queues[i];
+    if q.stopped.is_some() || q.block_end.is_some() {
+        return;
+    }
+    if let Some(w) = q.launched.front() {
+        let len = q.saved_remaining.take().unwrap_or(w.block_ns);
+        q.block_end = Some(now + len.max(1));
+    }
+}
+
+fn finish_block(st: &mut DeviceState, i: usize) {
+    let q = &mut st.queues[i];
+    q.block_end = None;
+    let Some(w) = q.launched.front_mut() else {
+        return;
+    };
+    let (seq, block) = (w.seq, q.block);
+    let runs = st.executed.entry((i as u32, seq)).or_default();
+    if runs.len() < w.blocks as usize {
+        runs.resize(w.blocks as usize, 0);
+    }
+    runs[block as usize] += 1;
+    let last_block = block + 1 >= w.blocks;
+    let deactivatable = w.deactivatable;
+    if last_block {
+        let mut done = q.launched.pop_front().unwrap_or_default();
+        q.block = 0;
+        q.completed = seq + 1;
+        if let Some(cb) = done.callback.take() {
+            cb();
+        }
+    } else {
+        q.block += 1;
+    }
+    // Lv2 stops at a block boundary of a deactivatable kernel, or once a command is whole.
+    if q.stop_requested && (last_block || deactivatable) {
+        q.stop_requested = false;
+        q.stopped = Some(Level::Lv2);
+    }
+    start_block(st, i);
+}
+
+impl RefQueue {
+    pub fn index(&self) -> u32 {
+        self.index as u32
+    }
+
+    pub fn queue_id(&self) -> QueueId {
+        QueueId(self.index as u32)
+    }
+
+    pub fn device(&self) -> &RefDevice {
+        &self.device
+    }
+
+    fn check_log(q: &QueueSim, log: &[Launched<RefKernel>]) -> Result<(), HalError> {
+        let device_seqs = q.launched.iter().map(|w| w.seq);
+        if !device_seqs.eq(log.iter().map(|e| e.seq)) {
+            return Err(HalError::Backend(
+                "in-flight log does not match the commands the device holds".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl HwQueue for RefQueue {
+    type Payload = RefKernel;
+
+    fn max_level(&self) -> Level {
+        self.level
+    }
+
+    fn launch(
+        &self,
+        seq: Seq,
+        command: &mut Command<RefKernel>,
+        _sync_point: bool,
+    ) -> Result<(), HalError> {
+        let mut work = Work {
+            seq,
+            blocks: 1,
+            block_ns: OTHER_OP_NS,
+            deactivatable: command.props.deactivatable,
+            callback: None,
+        };
+        match &mut command.op {
+            Op::Kernel(k) => {
+                if k.blocks == 0 {
+                    return Err(HalError::Refused("a kernel needs at least one block".into()));
+                }
+                work.blocks = k.blocks;
+                work.block_ns = k.block_ns;
+            }
+            Op::HostCallback(f) => {
+                work.callback = Some(std::mem::replace(f, Box::new(|| {})));
+            }
+            _ => {}
+        }
+        let mut st = self.device.lock();
+        st.launch_order.push((self.index as u32, seq));
+        st.queues[self.index].launched.push_back(work);
+        start_block(&mut st, self.index);
+        Ok(())
+    }
+
+    fn record_sync(&self) -> Result<(), HalError> {
+        Ok(())
+    }
+
+    fn completed(&self) -> Seq {
+        self.device.lock().queues[self.index].completed
+    }
+
+    fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
+        if self.completed() >= upto {
+            Ok(())
+        } else {
+            Err(HalError::WouldBlock("synchronize"))
+        }
+    }
+
+    fn settled(&self) -> bool {
+        let st = self.device.lock();
+        let q = &st.queues[self.index];
+        !q.stop_requested
+    }
+
+    fn deactivate(&self) -> Result<(), HalError> {
+        if self.level < Level::Lv2 {
+            return Err(self.unsupported("deactivate", Level::Lv2));
+        }
+        let mut st = self.device.lock();
+        let q = &mut st.queues[self.index];
+        if q.block_end.is_some() {
+            q.stop_requested = true;
+        } else {
+            q.stopped = Some(Level::Lv2);
+        }
+        Ok(())
+    }
+
+    fn reactivate(&self, log: &mut [Launched<RefKernel>]) -> Result<(), HalError> {
+        if self.level < Level::Lv2 {
+            return Err(self.unsupported("reactivate", Level::Lv2));
+        }
+        let mut st = self.device.lock();
+        let q = &mut st.queues[self.index];
+        Self::check_log(q, log)?;
+        q.stop_requested = false;
+        q.stopped = None;
+        start_block(&mut st, self.index);
+        Ok(())
+    }
+
+    fn interrupt(&self) -> Result<(), HalError> {
+        if self.level < Level::Lv3 {
+            return Err(self.unsupported("interrupt", Level::Lv3));
+        }
+        let mut st = self.device.lock();
+        let now = st.now;
+        let q = &mut st.queues[self.index];
+        if let Some(end) = q.block_end.take() {
+            q.saved_remaining = Some(end - now);
+        }
+        q.stop_requested = false;
+        q.stopped = Some(Level::Lv3);
+        Ok(())
+    }
+
+    fn restore(&self, log: &mut [Launched<RefKernel>]) -> Result<(), HalError> {
+        if self.level < Level::Lv3 {
+            return Err(self.unsupported("restore", Level::Lv3));
+        }
+        let mut st = self.device.lock();
+        let q = &mut st.queues[self.index];
+        Self::check_log(q, log)?;
+        q.stopped = None;
+        start_block(&mut st, self.index);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(blocks: u32, block_ns: Nanos) -> Command<RefKernel> {
+        Command::kernel(RefKernel { blocks, block_ns })
+    }
+
+    #[test]
+    fn kernels_run_in_order_block_by_block() {
+        let dev = RefDevice::new();
+        let q = dev.create_queue(Level::Lv1);
+        q.launch(0, &mut kernel(2, 10), false).unwrap();
+        q.launch(1, &mut kernel(1, 5), true).unwrap();
+        dev.advance_to(15);
+        assert_eq!(q.completed(), 0);
+        dev.advance_to(20);
+        assert_eq!(q.completed(), 1);
+        dev.advance_to(25);
+        assert_eq!(q.completed(), 2);
+        assert_eq!(dev.block_runs(&q, 0), vec![1, 1]);
+        assert_eq!(q.synchronize(3), Err(HalError::WouldBlock("synchronize")));
+    }
+
+    #[test]
+    fn interrupt_keeps_the_position_inside_a_block() {
+        let dev = RefDevice::new();
+        let q = dev.create_queue(Level::Lv3);
+        let mut cmd = kernel(1, 100);
+        q.launch(0, &mut cmd, true).unwrap();
+        dev.advance_to(40);
+        q.interrupt().unwrap();
+        dev.advance_to(1_000);
+        assert_eq!(q.completed(), 0);
+        let mut log = vec![Launched { seq: 0, command: cmd }];
+        q.restore(&mut log).unwrap();
+        dev.advance_to(1_059);
+        assert_eq!(q.completed(), 0);
+        dev.advance_to(1_060);
+        assert_eq!(q.completed(), 1);
+        assert_eq!(dev.block_runs(&q, 0), vec![1]);
+    }
+
+    #[test]
+    fn levels_above_the_queue_are_refused() {
+        let dev = RefDevice::new();
+        let q = dev.create_queue(Level::Lv1);
+        assert!(matches!(q.deactivate(), Err(HalError::Unsupported { .. })));
+        assert!(matches!(q.interrupt(), Err(HalError::Unsupported { .. })));
+    }
+}
