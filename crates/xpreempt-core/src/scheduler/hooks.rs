@@ -1,6 +1,7 @@
 //! Points where a programmable policy (the eBPF layer) joins the scheduler, and what a queue
 //! declares when it is created.
 
+use crate::command::{OpKind, Seq};
 use crate::hints::Hints;
 use crate::{Nanos, Priority, ProcessId, QueueId};
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,12 @@ pub trait Hooks: Send {
     fn admit(&mut self, queue: QueueId, pending: usize, running: usize) -> bool {
         let _ = (queue, pending, running);
         true
+    }
+
+    /// A command was submitted to a queue (the front end calls this on its submit path, so an
+    /// implementation must be cheap).
+    fn work_submit(&mut self, queue: QueueId, kind: OpKind, seq: Seq, now: Nanos) {
+        let _ = (queue, kind, seq, now);
     }
 
     /// A queue is gone, after `run_ns` of running in total.
