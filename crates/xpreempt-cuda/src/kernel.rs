@@ -1,0 +1,64 @@
+//! The kernel payload of the CUDA backend.
+
+use cudarc::driver::sys;
+
+/// Most kernel arguments a payload carries (besides the guard's three).
+pub const MAX_ARGS: usize = 12;
+
+/// One kernel launch. Arguments are passed by value, each at most 8 bytes (pointers, integers,
+/// floats as their bits), in the kernel's parameter order; a 4-byte parameter reads the low half.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    pub func: sys::CUfunction,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem: u32,
+    pub args: [u64; MAX_ARGS],
+    pub nargs: usize,
+    /// Built with `xpreempt_guard.cuh`: its first parameters are `XP_GUARD_PARAMS`, which the
+    /// backend fills in, and `units` completion words (blocks, or items of a persistent kernel).
+    pub guard: Option<GuardUnits>,
+    /// Completion-array slot and epoch, assigned at the first launch and reused on relaunch.
+    pub(crate) slot: Option<(u32, u32)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuardUnits(pub u32);
+
+// SAFETY: a CUfunction is a handle valid in any thread of the process.
+unsafe impl Send for Kernel {}
+unsafe impl Sync for Kernel {}
+
+impl Kernel {
+    pub fn new(func: sys::CUfunction, grid: [u32; 3], block: [u32; 3], args: &[u64]) -> Self {
+        assert!(args.len() <= MAX_ARGS, "at most {MAX_ARGS} kernel arguments");
+        let mut a = [0u64; MAX_ARGS];
+        a[..args.len()].copy_from_slice(args);
+        Self {
+            func,
+            grid,
+            block,
+            shared_mem: 0,
+            args: a,
+            nargs: args.len(),
+            guard: None,
+            slot: None,
+        }
+    }
+
+    /// Marks the kernel as guard-built with one completion word per block.
+    pub fn guarded(mut self) -> Self {
+        self.guard = Some(GuardUnits(self.grid[0] * self.grid[1] * self.grid[2]));
+        self
+    }
+
+    /// Marks a persistent guard-built kernel with `items` completion words.
+    pub fn guarded_items(mut self, items: u32) -> Self {
+        self.guard = Some(GuardUnits(items));
+        self
+    }
+
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().map(|&g| g as u64).product()
+    }
+}

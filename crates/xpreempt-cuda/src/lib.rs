@@ -1,0 +1,27 @@
+//! xpreempt's CUDA backend.
+//!
+//! - [`queue::CudaQueue`] implements the HAL over one CUstream: Lv1 progressive launching with
+//!   CUDA events as sync points; Lv2 block-level preemption for kernels built with
+//!   `xpreempt_guard.cuh` (a device-memory flag set from a high-priority control stream, a
+//!   per-launch completion array, exact relaunch); Lv3 through the channel-group timeslice
+//!   (needs the `xpreempt-shim` ioctl interposer and a tested driver).
+//! - [`priority_map`] maps logical priorities onto stream priorities (same context or MPS).
+//! - [`mps`] tells an MPS client from a time-sliced context and picks the level.
+//! - [`bench`] holds the workloads of `xpreempt bench`.
+//!
+//! libcuda is loaded at run time: everything builds and the unit tests run without a GPU;
+//! [`driver::driver_present`] says whether one can be used.
+
+pub mod error;
+pub mod driver;
+pub mod kernel;
+pub mod nvrtc;
+pub mod queue;
+pub mod timeslice;
+pub mod priority_map;
+pub mod mps;
+
+pub use driver::{Device, driver_present};
+pub use error::CudaError;
+pub use kernel::Kernel;
+pub use queue::{CudaQueue, CudaQueueConfig};

@@ -1,0 +1,148 @@
+//! Lv3 on NVIDIA: this process's compute channel group (TSG) timeslice, set through the
+//! `xpreempt-shim` ioctl interposer (LD_PRELOAD), which captured libcuda's RM client and TSG
+//! handles. Off unless the shim is loaded and the driver is a tested version; every failure is a
+//! clear error and the queue falls back to Lv2/Lv1.
+
+use crate::error::{CudaError, Result};
+use std::ffi::{CStr, c_void};
+use thiserror::Error;
+
+/// Driver versions on which the RM ABI facts were measured.
+pub const TESTED_DRIVERS: &[&str] = &["580.159.04"];
+/// What libcuda sets by itself (measured), restored after an interrupt.
+pub const DEFAULT_TIMESLICE_US: u64 = 2048;
+/// The smallest timeslice we ask for while interrupted.
+pub const MIN_TIMESLICE_US: u64 = 1;
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum Lv3Unavailable {
+    #[error("cannot read the driver version ({0})")]
+    NoVersion(String),
+    #[error("driver {0} is not a tested version ({tested}); set XPREEMPT_LV3_FORCE=1 to try anyway", tested = TESTED_DRIVERS.join(", "))]
+    Untested(String),
+    #[error("the ioctl shim is not loaded (LD_PRELOAD=libxpreempt_shim.so)")]
+    NoShim,
+    #[error("the shim has not seen a compute channel group of this process (create the CUDA context first)")]
+    NoChannelGroup,
+}
+
+/// Extracts the version from `/proc/driver/nvidia/version`'s first line.
+pub fn parse_driver_version(text: &str) -> Option<String> {
+    let line = text.lines().next()?;
+    let at = line.find("Kernel Module")?;
+    line[at..]
+        .split_whitespace()
+        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+        .map(str::to_string)
+}
+
+/// Whether Lv3 may run on this driver.
+pub fn check_driver(version_text: Option<&str>, force: bool) -> Result<String, Lv3Unavailable> {
+    let text = version_text.ok_or_else(|| Lv3Unavailable::NoVersion("no /proc/driver/nvidia/version".into()))?;
+    let v = parse_driver_version(text).ok_or_else(|| Lv3Unavailable::NoVersion("unrecognised format".into()))?;
+    if TESTED_DRIVERS.contains(&v.as_str()) || force {
+        Ok(v)
+    } else {
+        Err(Lv3Unavailable::Untested(v))
+    }
+}
+
+type SetFn = unsafe extern "C" fn(u64) -> i64;
+type CountFn = unsafe extern "C" fn() -> u32;
+
+fn lookup(name: &CStr) -> *mut c_void {
+    // SAFETY: dlsym on the global namespace with a NUL-terminated name.
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
+}
+
+/// The timeslice control of this process's compute channel group(s).
+pub struct Timeslice {
+    set: SetFn,
+    count: CountFn,
+    pub normal_us: u64,
+    pub driver: String,
+}
+
+impl std::fmt::Debug for Timeslice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timeslice").field("normal_us", &self.normal_us).field("driver", &self.driver).finish()
+    }
+}
+
+impl Timeslice {
+    pub fn probe() -> Result<Self, Lv3Unavailable> {
+        let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok();
+        let force = std::env::var("XPREEMPT_LV3_FORCE").is_ok_and(|v| v == "1");
+        let driver = check_driver(text.as_deref(), force)?;
+        let set = lookup(c"xpreempt_shim_set_timeslice");
+        let count = lookup(c"xpreempt_shim_channel_groups");
+        if set.is_null() || count.is_null() {
+            return Err(Lv3Unavailable::NoShim);
+        }
+        // SAFETY: the shim exports these with exactly these signatures.
+        let (set, count): (SetFn, CountFn) = unsafe { (std::mem::transmute(set), std::mem::transmute(count)) };
+        // SAFETY: plain call into the shim.
+        if unsafe { count() } == 0 {
+            return Err(Lv3Unavailable::NoChannelGroup);
+        }
+        Ok(Self {
+            set,
+            count,
+            normal_us: DEFAULT_TIMESLICE_US,
+            driver,
+        })
+    }
+
+    pub fn channel_groups(&self) -> u32 {
+        // SAFETY: plain call into the shim.
+        unsafe { (self.count)() }
+    }
+
+    /// Sets the timeslice of every compute channel group of this process.
+    pub fn set_us(&self, us: u64) -> Result<()> {
+        // SAFETY: plain call into the shim; it never unwinds.
+        let r = unsafe { (self.set)(us) };
+        match r {
+            0 => Ok(()),
+            r if r < 0 => Err(CudaError::Other(format!("SET_TIMESLICE ioctl failed: errno {}", -r))),
+            r => Err(CudaError::Other(format!("SET_TIMESLICE RM status {r:#x}"))),
+        }
+    }
+
+    pub fn lower(&self) -> Result<()> {
+        self.set_us(MIN_TIMESLICE_US)
+    }
+
+    pub fn restore(&self) -> Result<()> {
+        self.set_us(self.normal_us)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V: &str = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AE18-09-3)  Tue Oct  7 2025\nGCC version:  gcc version 12.3.0";
+
+    #[test]
+    fn driver_version_is_parsed() {
+        assert_eq!(parse_driver_version(V).as_deref(), Some("580.159.04"));
+        assert_eq!(parse_driver_version("garbage"), None);
+    }
+
+    #[test]
+    fn unknown_driver_falls_back() {
+        let other = V.replace("580.159.04", "590.1.2");
+        assert_eq!(check_driver(Some(&other), false), Err(Lv3Unavailable::Untested("590.1.2".into())));
+        assert_eq!(check_driver(Some(&other), true).as_deref(), Ok("590.1.2"));
+        assert_eq!(check_driver(Some(V), false).as_deref(), Ok("580.159.04"));
+        assert!(matches!(check_driver(None, false), Err(Lv3Unavailable::NoVersion(_))));
+    }
+
+    #[test]
+    fn no_shim_means_no_lv3() {
+        // This test binary is not run under the shim.
+        let r = Timeslice::probe();
+        assert!(r.is_err(), "Lv3 must be unavailable without the shim");
+    }
+}

@@ -1,0 +1,80 @@
+// xpreempt_guard.cuh: block-level preemption with exact resume for CUDA kernels (xpreempt Lv2).
+//
+// A guarded kernel takes XP_GUARD_PARAMS as its first three parameters; xpreempt fills them in
+// (the queue's preempt flag in device memory, the launch's completion array and its epoch).
+//
+//   extern "C" __global__ void k(XP_GUARD_PARAMS, float* x) {
+//       if (!xp_block_begin(XP_GUARD_ARGS)) return;   // preempted, or finished in an earlier run
+//       ... the block's work ...
+//       xp_block_end(XP_GUARD_ARGS);                  // marks this block finished
+//   }
+//
+// A block that starts while the flag is set exits at once and records nothing; a block marked
+// finished is skipped when xpreempt relaunches the kernel after a resume: every block runs exactly
+// once. Blocks must not return between begin and end except all together.
+//
+// Persistent kernels (one wave looping over work items) guard each item instead:
+//
+//   for (unsigned i = blockIdx.x; i < n; i += gridDim.x) {
+//       int s = xp_item_begin(XP_GUARD_ARGS, i);   // 0 run, 1 skip (done), -1 stop now
+//       if (s < 0) return; if (s > 0) continue;
+//       ... item i ...
+//       xp_item_end(XP_GUARD_ARGS, i);
+//   }
+//
+// The completion array holds one u32 per block (or item): it is finished when the word equals the
+// launch's epoch, so xpreempt never has to clear it between launches.
+#pragma once
+
+#define XP_GUARD_PARAMS const volatile int* xp_flag, unsigned* xp_done, unsigned xp_epoch
+#define XP_GUARD_ARGS xp_flag, xp_done, xp_epoch
+
+__device__ __forceinline__ unsigned xp_block_id() {
+    return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+
+__device__ __forceinline__ bool xp_thread0() {
+    return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+}
+
+#ifdef XP_NO_GUARD
+__device__ __forceinline__ bool xp_block_begin(XP_GUARD_PARAMS) { return true; }
+__device__ __forceinline__ void xp_block_end(XP_GUARD_PARAMS) {}
+__device__ __forceinline__ int xp_item_begin(XP_GUARD_PARAMS, unsigned) { return 0; }
+__device__ __forceinline__ void xp_item_end(XP_GUARD_PARAMS, unsigned) {}
+#else
+__device__ __forceinline__ bool xp_block_begin(XP_GUARD_PARAMS) {
+    __shared__ int xp_run;
+    if (xp_thread0()) {
+        xp_run = (*xp_flag == 0) && (((volatile unsigned*)xp_done)[xp_block_id()] != xp_epoch);
+    }
+    __syncthreads();
+    return xp_run != 0;
+}
+
+__device__ __forceinline__ void xp_block_end(XP_GUARD_PARAMS) {
+    __syncthreads();
+    if (xp_thread0()) {
+        __threadfence();
+        ((volatile unsigned*)xp_done)[xp_block_id()] = xp_epoch;
+    }
+}
+
+__device__ __forceinline__ int xp_item_begin(XP_GUARD_PARAMS, unsigned item) {
+    __shared__ int xp_state;
+    __syncthreads();
+    if (xp_thread0()) {
+        xp_state = (*xp_flag != 0) ? -1 : (((volatile unsigned*)xp_done)[item] == xp_epoch ? 1 : 0);
+    }
+    __syncthreads();
+    return xp_state;
+}
+
+__device__ __forceinline__ void xp_item_end(XP_GUARD_PARAMS, unsigned item) {
+    __syncthreads();
+    if (xp_thread0()) {
+        __threadfence();
+        ((volatile unsigned*)xp_done)[item] = xp_epoch;
+    }
+}
+#endif
