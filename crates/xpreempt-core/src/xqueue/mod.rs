@@ -278,6 +278,7 @@ impl<P> XQueue<P> {
         self.suspended = false;
         self.stopping_since = None;
         self.stats.resumes += 1;
+        self.reap(hal);
         if let Some(level) = self.hw_stopped.take() {
             let log = self.in_flight.make_contiguous();
             let (op, outcome) = if level == Level::Lv3 {
