@@ -218,6 +218,16 @@ impl Scheduler {
     fn check(&mut self, now: Nanos) {
         self.stats.checks += 1;
         let aging = self.aging;
+        if let Some(a) = aging {
+            for e in self.queues.values_mut() {
+                if e.running_since.is_some()
+                    && a.next_change(e.waiting_since, e.running_since, now).is_none()
+                {
+                    // Served for a whole interval: the boost is spent.
+                    e.waiting_since = None;
+                }
+            }
+        }
         self.views.clear();
         self.views.extend(self.queues.values().map(|e| e.view(now, aging)));
         let waiting_max = self
@@ -265,12 +275,8 @@ impl Scheduler {
         }
         let mut wake = decision.wake_at.filter(|&t| t > now);
         if let Some(a) = aging {
-            for e in self.queues.values_mut() {
+            for e in self.queues.values() {
                 let next = a.next_change(e.waiting_since, e.running_since, now);
-                if e.running_since.is_some() && next.is_none() {
-                    // Served long enough: the boost is spent.
-                    e.waiting_since = None;
-                }
                 wake = match (wake, next) {
                     (Some(x), Some(y)) => Some(x.min(y)),
                     (x, y) => x.or(y),
