@@ -128,7 +128,13 @@ fn run(mut scheduler: Scheduler, rx: Receiver<Msg>) {
             let (id, result) = match *action {
                 Action::Suspend(id) => (id, queues.get(&id).map(|q| q.suspend())),
                 Action::Resume(id) => (id, queues.get(&id).map(|q| q.resume())),
-                Action::Refuse(id) => (id, queues.get(&id).map(|q| Ok(q.refuse()))),
+                Action::Refuse(id) => (
+                    id,
+                    queues.get(&id).map(|q| {
+                        q.refuse();
+                        Ok(())
+                    }),
+                ),
             };
             match result {
                 Some(Err(e)) => tracing::warn!(%e, "scheduler action failed"),

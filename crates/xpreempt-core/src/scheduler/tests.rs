@@ -12,9 +12,15 @@ fn create(s: &mut Scheduler, id: u32, prio: Priority) {
 }
 
 fn ready(s: &mut Scheduler, now: Nanos, id: u32) -> Vec<Action> {
-    s.handle(now, SchedEvent::Ready { queue: QueueId(id), pending: 1 })
-        .unwrap()
-        .to_vec()
+    s.handle(
+        now,
+        SchedEvent::Ready {
+            queue: QueueId(id),
+            pending: 1,
+        },
+    )
+    .unwrap()
+    .to_vec()
 }
 
 #[test]
@@ -22,11 +28,22 @@ fn hpf_suspends_the_low_queue_in_one_step_and_resumes_it_when_the_high_one_idles
     let mut s = hpf();
     create(&mut s, 3, 3);
     create(&mut s, 12, 12);
-    assert_eq!(ready(&mut s, 10, 3), vec![], "q12 is idle and above q3, so it stays allowed");
+    assert_eq!(
+        ready(&mut s, 10, 3),
+        vec![],
+        "q12 is idle and above q3, so it stays allowed"
+    );
     assert_eq!(ready(&mut s, 20, 12), vec![Action::Suspend(QueueId(3))]);
     assert!(s.is_allowed(QueueId(12)) && !s.is_allowed(QueueId(3)));
-    assert_eq!(s.stats().inversions, 1, "q12 waiting behind q3 was seen as an inversion");
-    let actions = s.handle(30, SchedEvent::Idle(QueueId(12))).unwrap().to_vec();
+    assert_eq!(
+        s.stats().inversions,
+        1,
+        "q12 waiting behind q3 was seen as an inversion"
+    );
+    let actions = s
+        .handle(30, SchedEvent::Idle(QueueId(12)))
+        .unwrap()
+        .to_vec();
     assert_eq!(actions, vec![Action::Resume(QueueId(3))]);
     assert_eq!(s.stats().preemptions, 1);
     assert_eq!(s.stats().resumes, 1);
@@ -63,7 +80,10 @@ fn aging_serves_a_starving_queue_within_the_bound() {
         }
     }
     let served_at = served_at.expect("the low queue was never served");
-    assert!(served_at <= bound, "served at {served_at} ns, bound {bound} ns");
+    assert!(
+        served_at <= bound,
+        "served at {served_at} ns, bound {bound} ns"
+    );
     // Once it has run for an interval its boost is spent and the high queue takes over again.
     let t = served_at + aging.interval_ns();
     s.handle(t, SchedEvent::Timer).unwrap();
@@ -132,12 +152,27 @@ fn bad_events_are_errors_not_panics() {
     );
     create(&mut s, 1, 0);
     assert_eq!(
-        s.handle(0, SchedEvent::Created(QueueInfo::new(QueueId(1), 0))).unwrap_err(),
+        s.handle(0, SchedEvent::Created(QueueInfo::new(QueueId(1), 0)))
+            .unwrap_err(),
         SchedError::DuplicateQueue(QueueId(1))
     );
-    let hints = Hints { utilization_share: Some(0.0), ..Hints::default() };
-    let err = s.handle(0, SchedEvent::Hints { queue: QueueId(1), hints }).unwrap_err();
-    assert_eq!(err.to_string(), "queue q1: utilization share 0 is out of range: it must be in (0, 1]");
+    let hints = Hints {
+        utilization_share: Some(0.0),
+        ..Hints::default()
+    };
+    let err = s
+        .handle(
+            0,
+            SchedEvent::Hints {
+                queue: QueueId(1),
+                hints,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "queue q1: utilization share 0 is out of range: it must be in (0, 1]"
+    );
 }
 
 #[derive(Clone, Debug)]

@@ -22,7 +22,13 @@ fn setup(level: Level, threshold: u32, batch: u32) -> (RefDevice, RefQueue, XQue
 fn submit_launches_directly_until_the_window_is_full() {
     let (dev, hal, mut q) = setup(Level::Lv1, 4, 2);
     let first = q.submit(&hal, kernel(1, 100), 0).unwrap();
-    assert_eq!(first, Submitted { seq: 0, event: Some(QueueEvent::Ready) });
+    assert_eq!(
+        first,
+        Submitted {
+            seq: 0,
+            event: Some(QueueEvent::Ready)
+        }
+    );
     for _ in 1..10 {
         assert_eq!(q.submit(&hal, kernel(1, 100), 0).unwrap().event, None);
     }
@@ -65,8 +71,15 @@ fn a_lv1_suspension_drains_the_window_and_measures_it() {
     assert!(!q.suspend(&hal, 10).unwrap(), "a second suspend is a no-op");
     dev.advance_to(200);
     q.poll(&hal, 200).unwrap();
-    assert_eq!((q.completed(), q.in_flight_len(), q.pending_len()), (2, 0, 3));
-    assert_eq!(dev.launch_order().len(), 2, "a suspended queue launches nothing");
+    assert_eq!(
+        (q.completed(), q.in_flight_len(), q.pending_len()),
+        (2, 0, 3)
+    );
+    assert_eq!(
+        dev.launch_order().len(),
+        2,
+        "a suspended queue launches nothing"
+    );
     assert_eq!(q.stats().suspend_latency.summary().max, 190);
     assert!(q.resume(&hal, 500).unwrap());
     assert_eq!(dev.launch_order().len(), 4);
@@ -101,13 +114,21 @@ fn a_refused_launch_gives_the_command_back() {
     let (_dev, hal, mut q) = setup(Level::Lv1, 4, 2);
     let err = q.submit(&hal, kernel(0, 1), 0).unwrap_err();
     assert!(matches!(err.source, HalError::Refused(_)));
-    assert!(matches!(err.command.op, crate::Op::Kernel(RefKernel { blocks: 0, .. })));
+    assert!(matches!(
+        err.command.op,
+        crate::Op::Kernel(RefKernel { blocks: 0, .. })
+    ));
     assert_eq!(q.next_seq(), 0, "the failed command did not take a number");
 }
 
 #[derive(Clone, Debug)]
 enum Step {
-    Submit { queue: usize, blocks: u32, block_ns: Nanos, deactivatable: bool },
+    Submit {
+        queue: usize,
+        blocks: u32,
+        block_ns: Nanos,
+        deactivatable: bool,
+    },
     Suspend(usize),
     Resume(usize),
     Advance(Nanos),
