@@ -13,7 +13,11 @@ use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId,
 const BE_KERNELS: u64 = 100;
 
 fn kernel(block_ns: u64) -> Command<RefKernel> {
-    Command::kernel(RefKernel { blocks: 1, block_ns }).with_props(CommandProps::new(false, true, false))
+    Command::kernel(RefKernel {
+        blocks: 1,
+        block_ns,
+    })
+    .with_props(CommandProps::new(false, true, false))
 }
 
 #[test]
@@ -34,9 +38,16 @@ fn a_high_priority_burst_overtakes_a_busy_low_queue_and_nothing_is_lost() {
         let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
         let make = |id: u32, prio| {
             let hal = dev.create_queue(level);
-            let q = XQueue::new(QueueId(id), QueueConfig::new(4, 2, level).unwrap(), hal.max_level());
+            let q = XQueue::new(
+                QueueId(id),
+                QueueConfig::new(4, 2, level).unwrap(),
+                hal.max_level(),
+            );
             let shared = Arc::new(SharedXQueue::new(q, hal, Some(sched.sink())));
-            sched.register(QueueInfo::new(QueueId(id), prio), shared.clone() as Arc<dyn Preemptible>);
+            sched.register(
+                QueueInfo::new(QueueId(id), prio),
+                shared.clone() as Arc<dyn Preemptible>,
+            );
             shared
         };
         let low = make(0, 3);
@@ -59,12 +70,19 @@ fn a_high_priority_burst_overtakes_a_busy_low_queue_and_nothing_is_lost() {
             low_done_when_high_finished < BE_KERNELS,
             "{level}: the high queue waited for all of the low queue"
         );
-        assert!(low.stats().preemptions >= 1, "{level}: the low queue was never suspended");
+        assert!(
+            low.stats().preemptions >= 1,
+            "{level}: the low queue was never suspended"
+        );
         assert!(sched.stats().unwrap().preemptions >= 1);
         for (q, n) in [(&low, BE_KERNELS), (&high, 5)] {
             assert_eq!(q.hal().completed(), n);
             for seq in 0..n {
-                assert_eq!(dev.block_runs(q.hal(), seq), vec![1], "{level}: command {seq}");
+                assert_eq!(
+                    dev.block_runs(q.hal(), seq),
+                    vec![1],
+                    "{level}: command {seq}"
+                );
             }
         }
     }
