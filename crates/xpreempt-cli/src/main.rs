@@ -1,6 +1,7 @@
 //! `xpreempt`: run the scheduler on the built-in AMD model or a real GPU, load policies, and
 //! benchmark. Every subcommand prints a table for people, or one JSON object with `--json`.
 
+mod bench;
 mod demo;
 mod output;
 
@@ -30,6 +31,8 @@ enum Command {
     Version,
     /// A small scheduling demo on the reference backend (virtual clock, no GPU).
     Demo(demo::Args),
+    /// Benchmarks on a real GPU (CUDA): preemption latency, LC/BE sharing, overhead.
+    Bench(bench::Args),
 }
 
 fn main() -> Result<()> {
@@ -42,5 +45,6 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Version => output::version(&out),
         Command::Demo(args) => demo::run(&out, &args),
+        Command::Bench(args) => bench::run(&out, &args),
     }
 }

@@ -20,6 +20,7 @@ pub mod queue;
 pub mod timeslice;
 pub mod priority_map;
 pub mod mps;
+pub mod bench;
 
 pub use driver::{Device, driver_present};
 pub use error::CudaError;

@@ -38,7 +38,7 @@ impl Default for CudaQueueConfig {
             level: Level::Lv2,
             stream_priority: 0,
             slots: 64,
-            max_units: 1 << 16,
+            max_units: 1 << 18,
         }
     }
 }
@@ -164,6 +164,19 @@ impl CudaQueue {
     /// The Lv3 control of this process's context, when the shim is loaded and the driver tested.
     pub fn timeslice(&self) -> Option<&Timeslice> {
         self.lv3.as_ref()
+    }
+
+    /// Makes the device's context current on this thread, once per thread.
+    fn bind(&self) -> Result<()> {
+        thread_local! {
+            static BOUND: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        }
+        let ctx = self.device.ctx as usize;
+        if BOUND.with(|b| b.get()) != ctx {
+            self.device.bind()?;
+            BOUND.with(|b| b.set(ctx));
+        }
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -327,6 +340,7 @@ impl HwQueue for CudaQueue {
     }
 
     fn launch(&self, seq: Seq, command: &mut Command<Kernel>, sync_point: bool) -> Result<(), HalError> {
+        self.bind()?;
         let mut g = self.lock();
         let guarded = self.launch_op(&mut g, command)?;
         g.launched = seq + 1;
@@ -338,6 +352,7 @@ impl HwQueue for CudaQueue {
     }
 
     fn record_sync(&self) -> Result<(), HalError> {
+        self.bind()?;
         let mut g = self.lock();
         let tail = g.launched;
         if g.sync.back().map(|&(m, _)| m) != Some(tail) && g.completed < tail {
@@ -353,6 +368,7 @@ impl HwQueue for CudaQueue {
     }
 
     fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
+        self.bind()?;
         loop {
             let ev = {
                 let mut g = self.lock();
@@ -361,9 +377,8 @@ impl HwQueue for CudaQueue {
                     return Ok(());
                 }
                 if g.stop == Stop::Flagged {
-                    return Err(HalError::Backend(
-                        "synchronize on a deactivated queue would wait for reactivate".into(),
-                    ));
+                    // Stopped work completes only after reactivate; the caller polls again.
+                    return Ok(());
                 }
                 if upto > g.launched {
                     return Err(HalError::Backend(format!(
@@ -403,6 +418,7 @@ impl HwQueue for CudaQueue {
         if self.level < Level::Lv2 {
             return Err(self.unsupported("deactivate", Level::Lv2));
         }
+        self.bind()?;
         let mut g = self.lock();
         self.reap(&mut g);
         // Safe to flag only if no unguarded command follows a guarded one in the window.
@@ -433,6 +449,7 @@ impl HwQueue for CudaQueue {
     }
 
     fn reactivate(&self, log: &mut [Launched<Kernel>]) -> Result<(), HalError> {
+        self.bind()?;
         let mut g = self.lock();
         match g.stop {
             Stop::Draining | Stop::Running => {

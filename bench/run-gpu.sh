@@ -1,0 +1,42 @@
+#!/bin/bash
+# One device run of the CUDA backend: environment, GPU tests, preemption latency, LC/BE scenarios
+# (time-sliced and under MPS, BE normal and persistent). Expects the release binaries in .carry/:
+# xpreempt, libxpreempt_shim.so, gpu-tests. Writes $OUT/results.tgz and $OUT/log.txt.
+set -u
+C=$(pwd)/.carry
+R=/tmp/xp-results; mkdir -p $R
+exec > >(tee $OUT/log.txt) 2>&1
+NV=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libnvrtc.so*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$NV:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export XPREEMPT_LOG=${XPREEMPT_LOG:-warn}
+XP=$C/xpreempt
+SHIM=$C/libxpreempt_shim.so
+STEPS=${STEPS:-info tests latency lcbe mps}
+date -u; nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv; cat /proc/driver/nvidia/version
+echo "nvrtc: $NV"
+finish() { cd $R && tar czf $OUT/results.tgz . ; }
+trap finish EXIT
+for s in $STEPS; do case $s in
+info)
+  timeout 60 $XP --json bench info | tee $R/info.json
+  LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=1 timeout 60 $XP --json bench info | tee $R/info-shim.json ;;
+tests)
+  timeout 180 $C/gpu-tests --ignored --test-threads=1 2>&1 | tee $R/gpu-tests.txt ;;
+latency)
+  timeout 200 $XP --json bench latency --trials ${TRIALS:-15} --out $R/latency.json --svg $R/latency.svg > /dev/null ;;
+lcbe)
+  S=lc-alone,be-alone,be-alone-xp,native-2proc,prio-1proc,xp-lv1-1proc,xp-lv2-1proc,xp-lv3-2proc,xp-lv3static-2proc
+  timeout 150 $XP bench lcbe --scenarios $S --label timesliced --shim $SHIM --out $R/lcbe.json --svg $R/lcbe.svg
+  timeout 150 $XP bench lcbe --scenarios $S --persistent --label timesliced --shim $SHIM --out $R/lcbe-persistent.json --svg $R/lcbe-persistent.svg ;;
+mps)
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/xp-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/xp-mps-log
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  nvidia-cuda-mps-control -d && echo "MPS daemon started"
+  trap 'echo quit | nvidia-cuda-mps-control; finish' EXIT
+  timeout 60 $XP --json bench info | tee $R/info-mps.json
+  S=lc-alone,be-alone,be-alone-xp,mps-default,mps-prio,mps-client-prio,xp-mps-2proc,xp-lv2-1proc
+  timeout 150 $XP bench lcbe --scenarios $S --label mps --out $R/lcbe-mps.json --svg $R/lcbe-mps.svg
+  timeout 150 $XP bench lcbe --scenarios $S --persistent --label mps --out $R/lcbe-mps-persistent.json --svg $R/lcbe-mps-persistent.svg
+  echo quit | nvidia-cuda-mps-control; sleep 1; trap finish EXIT ;;
+esac; done
+date -u
