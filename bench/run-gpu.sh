@@ -19,7 +19,10 @@ trap finish EXIT
 for s in $STEPS; do case $s in
 info)
   timeout 60 $XP --json bench info | tee $R/info.json
-  LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=1 timeout 60 $XP --json bench info | tee $R/info-shim.json ;;
+  LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=2 timeout 60 $XP --json bench info 2>$R/shim-allocs.txt | tee $R/info-shim.json
+  grep -c RM_ALLOC $R/shim-allocs.txt; grep -i "a06c\|channel group" $R/shim-allocs.txt | head -20 ;;
+lv3)
+  LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=1 timeout 60 $XP bench lv3-probe --out $R/lv3-probe.json ;;
 tests)
   timeout 180 $C/gpu-tests --ignored --test-threads=1 2>&1 | tee $R/gpu-tests.txt ;;
 latency)

@@ -67,6 +67,14 @@ enum What {
         #[arg(long)]
         svg: Option<PathBuf>,
     },
+    /// Lv3 check: progress of this process against a busy BE process, with its own timeslice at
+    /// default, minimum, default (needs LD_PRELOAD=libxpreempt_shim.so).
+    Lv3Probe {
+        #[arg(long, default_value_t = 200)]
+        window_ms: u64,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// (internal) one side of a two-process scenario.
     #[command(hide = true)]
     Role {
@@ -98,6 +106,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             lcbe(out, &p, scenarios, o.as_deref(), s.as_deref())
         }
         What::Role { role, spec, ctl } => child_role(args.device, role, spec, ctl),
+        What::Lv3Probe { window_ms, out: o } => lv3_probe(out, args.device, *window_ms, o.as_deref()),
     }
 }
 
@@ -158,8 +167,15 @@ fn latency_sweep(
     let mut points = Vec::new();
     for &b in &parse_list(blocks)? {
         for &k in parse_list(kernels)?.iter().filter(|&&k| k >= b) {
-            for level in [None, Some(Level::Lv1), Some(Level::Lv2)] {
-                match latency::measure(&e, level, b, k, trials) {
+            let variants = [
+                (None, false),
+                (Some(Level::Lv1), false),
+                (Some(Level::Lv2), false),
+                (None, true),
+                (Some(Level::Lv2), true),
+            ];
+            for (level, prio) in variants {
+                match latency::measure(&e, level, prio, b, k, trials) {
                     Ok(p) => {
                         eprintln!(
                             "latency {:>6} block {b:>5} us kernel {k:>6} us: probe p50 {:.1} p99 {:.1} us",
@@ -167,7 +183,7 @@ fn latency_sweep(
                         );
                         points.push(p)
                     }
-                    Err(err) => eprintln!("latency {level:?} block {b} kernel {k}: {err}"),
+                    Err(err) => eprintln!("latency {level:?} prio {prio} block {b} kernel {k}: {err}"),
                 }
             }
         }
@@ -394,6 +410,50 @@ fn run_scenario(e: &Env, p: &LcbeParams, name: &str) -> Result<(Option<LcResult>
     drop(ctl);
     let _ = std::fs::remove_file(&path);
     Ok(r)
+}
+
+fn lv3_probe(out: &Output, device: i32, window_ms: u64, o: Option<&Path>) -> Result<()> {
+    let e = env(device)?;
+    let path = ctl_path("lv3probe");
+    let ctl = SharedControl::open(&path, true)?;
+    let p = LcbeParams {
+        device,
+        block_us: 20.0,
+        kernel_us: 1000.0,
+        persistent: false,
+        secs: 30.0,
+        label: String::new(),
+        shim: None,
+    };
+    let be = be_spec(&p, None, 0, false);
+    let exe = std::env::current_exe()?;
+    let child = Proc::new(&exe)
+        .args(["bench", "--device", &device.to_string(), "role", "--role", "be", "--spec", &serde_json::to_string(&be)?, "--ctl"])
+        .arg(&path)
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let t = std::time::Instant::now();
+    while ctl.be_ready.load(std::sync::atomic::Ordering::Acquire) == 0 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    ctl.phase.store(1, std::sync::atomic::Ordering::Release);
+    let r = xpreempt_cuda::bench::lv3probe::probe(&e, window_ms);
+    ctl.phase.store(2, std::sync::atomic::Ordering::Release);
+    let _ = child.wait_with_output();
+    let _ = std::fs::remove_file(&path);
+    let r = r?;
+    if let Some(path) = o {
+        std::fs::write(path, serde_json::to_string_pretty(&r)?)?;
+    }
+    out.emit(&r, || {
+        let mut t = format!("driver {} channel groups {}\ntimeslice_us  set_call_us  rate/ms  longest_stall_ms\n", r.driver, r.channel_groups);
+        for w in &r.windows {
+            t += &format!("{:>12} {:>12.0} {:>8.1} {:>17.2}\n", w.timeslice_us, w.set_call_us, w.rate_per_ms, w.longest_stall_ms);
+        }
+        t
+    })
 }
 
 fn child_role(device: i32, role: &str, spec: &str, ctl: &Path) -> Result<()> {

@@ -22,8 +22,8 @@ pub enum Lv3Unavailable {
     Untested(String),
     #[error("the ioctl shim is not loaded (LD_PRELOAD=libxpreempt_shim.so)")]
     NoShim,
-    #[error("the shim has not seen a compute channel group of this process (create the CUDA context first)")]
-    NoChannelGroup,
+    #[error("the shim has not seen a compute channel group of this process ({0} RM allocations seen; create the CUDA context first)")]
+    NoChannelGroup(u64),
 }
 
 /// Extracts the version from `/proc/driver/nvidia/version`'s first line.
@@ -83,7 +83,14 @@ impl Timeslice {
         let (set, count): (SetFn, CountFn) = unsafe { (std::mem::transmute(set), std::mem::transmute(count)) };
         // SAFETY: plain call into the shim.
         if unsafe { count() } == 0 {
-            return Err(Lv3Unavailable::NoChannelGroup);
+            let seen = lookup(c"xpreempt_shim_allocs_seen");
+            let n = if seen.is_null() {
+                0
+            } else {
+                // SAFETY: exported by the shim with this signature.
+                unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u64>(seen)() }
+            };
+            return Err(Lv3Unavailable::NoChannelGroup(n));
         }
         Ok(Self {
             set,

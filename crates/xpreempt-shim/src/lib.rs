@@ -20,6 +20,8 @@ pub struct ChannelGroup {
 
 static GROUPS: Mutex<Vec<ChannelGroup>> = Mutex::new(Vec::new());
 static REAL_IOCTL: AtomicUsize = AtomicUsize::new(0);
+/// RM_ALLOC calls seen (any class), for diagnosis.
+static ALLOCS_SEEN: AtomicUsize = AtomicUsize::new(0);
 
 type IoctlFn = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
 
@@ -38,8 +40,13 @@ fn real_ioctl() -> Option<IoctlFn> {
     Some(unsafe { std::mem::transmute::<usize, IoctlFn>(p) })
 }
 
+/// XPREEMPT_SHIM_LOG: unset = quiet, 1 = channel groups and controls, 2 = every RM_ALLOC.
+fn log_level() -> u32 {
+    std::env::var("XPREEMPT_SHIM_LOG").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
 fn log_enabled() -> bool {
-    std::env::var_os("XPREEMPT_SHIM_LOG").is_some()
+    log_level() >= 1
 }
 
 /// Records a compute channel group from a successful RM_ALLOC.
@@ -51,6 +58,13 @@ unsafe fn observe(fd: c_int, request: u64, arg: *const u8) {
     let Some(a) = (unsafe { read_alloc(request, arg) }) else {
         return;
     };
+    ALLOCS_SEEN.fetch_add(1, Ordering::Relaxed);
+    if log_level() >= 2 {
+        eprintln!(
+            "xpreempt-shim: RM_ALLOC fd={fd} req={request:#x} client={:#x} object={:#x} class={:#x} params_size={} status={:#x}",
+            a.h_client, a.h_object, a.h_class, a.params_size, a.status
+        );
+    }
     if a.status != 0 || a.h_class != CLASS_CHANNEL_GROUP || a.p_params == 0 || (a.params_size as usize) < 16 {
         return;
     }
@@ -87,8 +101,9 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
     };
     // SAFETY: pass-through with the caller's arguments.
     let r = unsafe { real(fd, request, arg) };
-    if r == 0 && (request as u64 == IOCTL_RM_ALLOC_NVOS64 || request as u64 == IOCTL_RM_ALLOC_NVOS21) {
-        let req = request as u64;
+    // Callers may pass the request as a sign-extended int: the kernel looks at 32 bits only.
+    let req = request as u32 as u64;
+    if r == 0 && (req == IOCTL_RM_ALLOC_NVOS64 || req == IOCTL_RM_ALLOC_NVOS21) {
         let argp = arg as usize;
         let outcome = std::panic::catch_unwind(move || {
             // SAFETY: the argument is the caller's RM_ALLOC struct, valid for its size.
@@ -99,6 +114,12 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         }
     }
     r
+}
+
+/// Number of RM_ALLOC calls seen in this process (any class).
+#[unsafe(no_mangle)]
+pub extern "C" fn xpreempt_shim_allocs_seen() -> u64 {
+    ALLOCS_SEEN.load(Ordering::Relaxed) as u64
 }
 
 /// Number of compute channel groups seen in this process.

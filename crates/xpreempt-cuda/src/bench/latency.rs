@@ -27,9 +27,20 @@ pub struct LatencyPoint {
 }
 
 /// One point of the sweep.
-pub fn measure(env: &Env, level: Option<Level>, block_us: f64, kernel_us: f64, trials: usize) -> Result<LatencyPoint> {
+/// With `prio`, the BE queue runs at the least stream priority and the probe at the greatest
+/// (xpreempt's same-context mode); without, both at the same priority.
+pub fn measure(
+    env: &Env,
+    level: Option<Level>,
+    prio: bool,
+    block_us: f64,
+    kernel_us: f64,
+    trials: usize,
+) -> Result<LatencyPoint> {
     env.device.bind()?;
-    let probe_stream = RawStream::new(0)?;
+    let (least, greatest) = env.device.stream_priority_range()?;
+    let (be_prio, probe_prio) = if prio { (least, greatest) } else { (0, 0) };
+    let probe_stream = RawStream::new(probe_prio)?;
     let probe = env.lc_kernel(1, 1.0);
     // Idle probe time.
     let mut idle = Vec::new();
@@ -49,7 +60,7 @@ pub fn measure(env: &Env, level: Option<Level>, block_us: f64, kernel_us: f64, t
         Some(l) => {
             let hal = CudaQueue::new(
                 env.device.clone(),
-                CudaQueueConfig { level: l, stream_priority: 0, slots: 12, max_units: 1 << 21 },
+                CudaQueueConfig { level: l, stream_priority: be_prio, slots: 12, max_units: 1 << 21 },
             )?;
             let hw = hal.max_level();
             let qc = QueueConfig::new(4, 2, l).map_err(|e| CudaError::Other(e.to_string()))?;
@@ -79,7 +90,7 @@ pub fn measure(env: &Env, level: Option<Level>, block_us: f64, kernel_us: f64, t
                     q.wait_all().map_err(|e| CudaError::Other(e.to_string()))?;
                 }
                 None => {
-                    let s = RawStream::new(0)?;
+                    let s = RawStream::new(be_prio)?;
                     let mut evs: VecDeque<sys::CUevent> = VecDeque::new();
                     while !stop.load(Relaxed) {
                         s.launch(&k)?;
@@ -146,7 +157,7 @@ pub fn measure(env: &Env, level: Option<Level>, block_us: f64, kernel_us: f64, t
     stop.store(true, Relaxed);
     feeder.join().map_err(|_| CudaError::Other("feeder panicked".into()))??;
     Ok(LatencyPoint {
-        level: level.map_or("native".into(), |l| l.to_string()),
+        level: format!("{}{}", level.map_or("native".into(), |l| l.to_string()), if prio { "+prio" } else { "" }),
         block_us,
         kernel_us,
         probe_us: Summary::of(probe_lat),

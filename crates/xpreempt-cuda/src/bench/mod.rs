@@ -4,6 +4,7 @@
 
 pub mod control;
 pub mod latency;
+pub mod lv3probe;
 pub mod roles;
 pub mod svg;
 
