@@ -24,7 +24,7 @@ info)
 lv3)
   LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=1 timeout 60 $XP bench lv3-probe --out $R/lv3-probe.json ;;
 tests)
-  timeout 180 $C/gpu-tests --ignored --test-threads=1 2>&1 | tee $R/gpu-tests.txt ;;
+  XPREEMPT_BIN=$XP XPREEMPT_SHIM=$SHIM timeout 180 $C/gpu-tests --ignored --test-threads=1 --nocapture 2>&1 | tee $R/gpu-tests.txt ;;
 latency)
   timeout 200 $XP --json bench latency --trials ${TRIALS:-15} --out $R/latency.json --svg $R/latency.svg > /dev/null ;;
 lcbe)

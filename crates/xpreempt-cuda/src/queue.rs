@@ -66,7 +66,9 @@ struct Inner {
     flight: VecDeque<(Seq, bool)>,
     stop: Stop,
     stop_event: sys::CUevent,
-    ctl_event: sys::CUevent,
+    /// Recorded on the control stream after the flag is cleared; the queue stream waits on it.
+    clear_event: sys::CUevent,
+    move_event: sys::CUevent,
     next_slot: u32,
     epoch: u32,
 }
@@ -140,7 +142,8 @@ impl CudaQueue {
             flight: VecDeque::with_capacity(cfg.slots as usize * 2),
             stop: Stop::Running,
             stop_event: new_event()?,
-            ctl_event: new_event()?,
+            clear_event: new_event()?,
+            move_event: new_event()?,
             next_slot: 0,
             epoch: 0,
         };
@@ -200,7 +203,7 @@ impl CudaQueue {
         if target == g.stream {
             return Ok(());
         }
-        let ev = g.ctl_event;
+        let ev = g.move_event;
         cu!(cuEventRecord(ev, g.stream))?;
         cu!(cuStreamWaitEvent(target, ev, 0))?;
         g.stream = target;
@@ -433,13 +436,13 @@ impl HwQueue for CudaQueue {
             }
         }
         if seen_guarded && safe {
+            // The control stream is FIFO: this set lands after any earlier clear.
             cu!(cuMemcpyHtoDAsync_v2(
                 self.flag.ptr,
                 self.flag_values.word(0).cast(),
                 4,
                 self.control
             ))?;
-            cu!(cuEventRecord(g.ctl_event, self.control))?;
             g.stop = Stop::Flagged;
         } else {
             g.stop = Stop::Draining;
@@ -460,9 +463,13 @@ impl HwQueue for CudaQueue {
             Stop::Flagged => {}
         }
         let stream = g.stream;
-        // The clear must land after the set: wait for the control stream, then clear in order.
-        cu!(cuStreamWaitEvent(stream, g.ctl_event, 0))?;
-        cu!(cuMemcpyHtoDAsync_v2(self.flag.ptr, self.flag_values.word(1).cast(), 4, stream))?;
+        // Clear on the control stream once every stopped block has exited (stop_event), so that a
+        // later deactivate's set (same stream, FIFO) can never be overtaken by this clear; the
+        // queue stream waits for the clear before the relaunch.
+        cu!(cuStreamWaitEvent(self.control, g.stop_event, 0))?;
+        cu!(cuMemcpyHtoDAsync_v2(self.flag.ptr, self.flag_values.word(1).cast(), 4, self.control))?;
+        cu!(cuEventRecord(g.clear_event, self.control))?;
+        cu!(cuStreamWaitEvent(stream, g.clear_event, 0))?;
         // Events recorded before the stop prove nothing now.
         while let Some((_, ev)) = g.sync.pop_front() {
             g.free_events.push(ev);
@@ -528,7 +535,7 @@ impl Drop for CudaQueue {
             for &(_, e) in &g.sync {
                 let _ = sys::cuEventDestroy_v2(e);
             }
-            for &e in g.free_events.iter().chain([&g.stop_event, &g.ctl_event]) {
+            for &e in g.free_events.iter().chain([&g.stop_event, &g.clear_event, &g.move_event]) {
                 let _ = sys::cuEventDestroy_v2(e);
             }
         }

@@ -137,3 +137,27 @@ fn lv2_relaunch_skips_finished_blocks() {
     assert!(v.iter().all(|&c| c == 1), "after relaunch every block exactly once");
     eprintln!("stopped at {done}/{blocks} blocks; settled in {settle:?}");
 }
+
+/// Lv3: with this process's channel-group timeslice at the minimum, a progress kernel competing
+/// with a busy process stops; restored, it runs again. Runs `xpreempt bench lv3-probe` under the
+/// shim: set XPREEMPT_BIN and XPREEMPT_SHIM to the built binary and libxpreempt_shim.so.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn lv3_descheduling_is_real() {
+    assert!(xpreempt_cuda::driver_present(), "no CUDA driver: this test needs a GPU");
+    let bin = std::env::var("XPREEMPT_BIN").expect("XPREEMPT_BIN: path of the xpreempt binary");
+    let shim = std::env::var("XPREEMPT_SHIM").expect("XPREEMPT_SHIM: path of libxpreempt_shim.so");
+    let out = std::process::Command::new(bin)
+        .args(["--json", "bench", "lv3-probe", "--window-ms", "300"])
+        .env("LD_PRELOAD", shim)
+        .output()
+        .expect("run xpreempt");
+    assert!(out.status.success(), "lv3-probe failed: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let w = v["windows"].as_array().expect("windows");
+    let rate = |i: usize| w[i]["rate_per_ms"].as_f64().expect("rate");
+    eprintln!("progress per ms: default {:.1}, minimum {:.1}, restored {:.1}", rate(0), rate(1), rate(2));
+    assert!(rate(0) > 0.0, "no progress at the default timeslice");
+    assert!(rate(1) < 0.1 * rate(0), "progress did not stop at the minimum timeslice");
+    assert!(rate(2) > 0.5 * rate(0), "progress did not resume after restore");
+}

@@ -65,11 +65,16 @@ unsafe fn observe(fd: c_int, request: u64, arg: *const u8) {
             a.h_client, a.h_object, a.h_class, a.params_size, a.status
         );
     }
-    if a.status != 0 || a.h_class != CLASS_CHANNEL_GROUP || a.p_params == 0 || (a.params_size as usize) < 16 {
+    // libcuda 580 leaves NVOS64's paramsSize at 0 for channel groups (seen on the device), so
+    // only the params pointer is required.
+    if a.status != 0 || a.h_class != CLASS_CHANNEL_GROUP || a.p_params == 0 {
         return;
     }
     // SAFETY: libcuda passed a params pointer of params_size bytes, still live during the call.
     let head = unsafe { std::ptr::read_unaligned(a.p_params as *const ChannelGroupAllocHead) };
+    if log_level() >= 2 {
+        eprintln!("xpreempt-shim: channel group object={:#x} engineType={:#x}", a.h_object, head.engine_type);
+    }
     if head.engine_type != ENGINE_TYPE_GRAPHICS_COMPUTE {
         return;
     }
