@@ -187,6 +187,8 @@ proptest! {
                     prop_assert_eq!(launched(&dev, i), n, "suspended queue {} launched", i);
                 }
                 prop_assert!(qs[i].in_flight_len() <= threshold as usize);
+                let on_device = launched(&dev, i) as u64 - hals[i].completed();
+                prop_assert!(on_device <= threshold as u64, "queue {} has {} on the device", i, on_device);
             }
         }
         for (q, h) in qs.iter_mut().zip(&hals) {
