@@ -28,7 +28,7 @@ tests)
 latency)
   timeout 200 $XP --json bench latency --trials ${TRIALS:-15} --out $R/latency.json --svg $R/latency.svg > /dev/null ;;
 lcbe)
-  S=lc-alone,be-alone,be-alone-xp,native-2proc,prio-1proc,xp-lv1-1proc,xp-lv2-1proc,xp-lv3-2proc,xp-lv3static-2proc
+  S=lc-alone,be-alone,be-alone-xp,native-2proc,prio-1proc,xp-lv1-1proc,xp-lv2-1proc,xp-sched-lv2-1proc,xp-lv3-2proc,xp-lv3static-2proc
   timeout 150 $XP bench lcbe --scenarios $S --label timesliced --shim $SHIM --out $R/lcbe.json --svg $R/lcbe.svg
   timeout 150 $XP bench lcbe --scenarios $S --persistent --label timesliced --shim $SHIM --out $R/lcbe-persistent.json --svg $R/lcbe-persistent.svg ;;
 mps)
@@ -37,9 +37,12 @@ mps)
   nvidia-cuda-mps-control -d && echo "MPS daemon started"
   trap 'echo quit | nvidia-cuda-mps-control; finish' EXIT
   timeout 60 $XP --json bench info | tee $R/info-mps.json
-  S=lc-alone,be-alone,be-alone-xp,mps-default,mps-prio,mps-client-prio,xp-mps-2proc,xp-lv2-1proc
+  S=lc-alone,be-alone,be-alone-xp,mps-default,mps-prio,mps-client-prio,xp-mps-2proc,xp-lv2-1proc,xp-sched-lv2-1proc
   timeout 150 $XP bench lcbe --scenarios $S --label mps --out $R/lcbe-mps.json --svg $R/lcbe-mps.svg
   timeout 150 $XP bench lcbe --scenarios $S --persistent --label mps --out $R/lcbe-mps-persistent.json --svg $R/lcbe-mps-persistent.svg
+  # MPS clients get few hardware connections by default; streams of one process may then share
+  # one and serialize. Same-process scenarios again with more connections:
+  CUDA_DEVICE_MAX_CONNECTIONS=32 timeout 100 $XP bench lcbe --scenarios lc-alone,be-alone,prio-1proc,xp-lv2-1proc,xp-sched-lv2-1proc --persistent --label mps-conn32 --out $R/lcbe-mps-conn32-persistent.json --svg $R/lcbe-mps-conn32-persistent.svg
   echo quit | nvidia-cuda-mps-control; sleep 1; trap finish EXIT ;;
 esac; done
 date -u

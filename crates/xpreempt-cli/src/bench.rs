@@ -44,7 +44,8 @@ enum What {
     /// LC/BE scenarios side by side.
     Lcbe {
         /// Comma-separated scenario names (see `--help`): lc-alone, be-alone, be-alone-xp,
-        /// native-2proc, prio-1proc, xp-lv1-1proc, xp-lv2-1proc, xp-lv3-2proc, xp-lv3static-2proc,
+        /// native-2proc, prio-1proc, xp-lv1-1proc, xp-lv2-1proc, xp-sched-lv2-1proc, xp-lv3-2proc,
+        /// xp-lv3static-2proc,
         /// mps-default, mps-prio, mps-client-prio, xp-mps-2proc.
         #[arg(long)]
         scenarios: String,
@@ -279,6 +280,8 @@ fn lc_spec(p: &LcbeParams, prio: i32, signal: bool) -> LcSpec {
 
 enum Plan {
     OneProc(Option<BeSpec>, Option<LcSpec>),
+    /// One process, both queues under the local-mode scheduler.
+    Sched(BeSpec, LcSpec),
     TwoProc { be: BeSpec, lc: LcSpec, be_env: Vec<(String, String)>, preload: bool },
 }
 
@@ -296,6 +299,7 @@ fn plan(p: &LcbeParams, name: &str, greatest: i32, least: i32) -> Result<Plan> {
         "xp-lv2-1proc" => {
             Plan::OneProc(Some(be_spec(p, Some(Level::Lv2), least, true)), Some(lc_spec(p, greatest, true)))
         }
+        "xp-sched-lv2-1proc" => Plan::Sched(be_spec(p, Some(Level::Lv2), least, true), lc_spec(p, greatest, false)),
         "native-2proc" | "mps-default" => Plan::TwoProc {
             be: be_spec(p, None, 0, false),
             lc: lc_spec(p, 0, false),
@@ -372,6 +376,10 @@ fn run_scenario(e: &Env, p: &LcbeParams, name: &str) -> Result<(Option<LcResult>
             };
             Ok((lc_r, be_r))
         })?,
+        Plan::Sched(be, lc) => {
+            let (l, b) = xpreempt_cuda::bench::sched::run_sched_pair(e, &be, &lc, "hpf")?;
+            (Some(l), Some(b))
+        }
         Plan::TwoProc { be, lc, be_env, preload } => {
             let exe = std::env::current_exe()?;
             let shim = p.shim.clone().unwrap_or_else(|| exe.with_file_name("libxpreempt_shim.so"));

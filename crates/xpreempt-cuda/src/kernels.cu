@@ -52,3 +52,8 @@ extern "C" __global__ void xp_progress(unsigned long long rounds, unsigned iters
     }
     if (x == 12345.0f) sink[0] = x;
 }
+
+// Order probe: out[idx] = position in which this launch ran among all stamps on `counter`.
+extern "C" __global__ void xp_stamp(unsigned* counter, unsigned* out, unsigned idx) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) out[idx] = atomicAdd(counter, 1u);
+}

@@ -19,6 +19,7 @@ pub mod nvrtc;
 pub mod queue;
 pub mod timeslice;
 pub mod priority_map;
+pub mod priorities;
 pub mod mps;
 pub mod bench;
 

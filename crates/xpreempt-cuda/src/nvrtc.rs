@@ -82,6 +82,7 @@ pub struct BenchKernels {
     pub persistent_guarded: sys::CUfunction,
     pub persistent_plain: sys::CUfunction,
     pub progress: sys::CUfunction,
+    pub stamp: sys::CUfunction,
 }
 
 unsafe impl Send for BenchKernels {}
@@ -98,6 +99,7 @@ impl BenchKernels {
             persistent_guarded: guarded.function("xp_persistent")?,
             persistent_plain: plain.function("xp_persistent")?,
             progress: plain.function("xp_progress")?,
+            stamp: plain.function("xp_stamp")?,
             _guarded: guarded,
             _plain: plain,
         })

@@ -32,6 +32,18 @@ pub struct CudaQueueConfig {
     pub max_units: u32,
 }
 
+impl CudaQueueConfig {
+    /// The level from the sharing mode: same context or MPS client → Lv2 (guard + stream
+    /// priorities); time-sliced against other processes → Lv3 (timeslice), falling back to Lv2.
+    pub fn for_sharing(device: &Device, cross_process: bool) -> Self {
+        let level = crate::mps::choose_level(crate::mps::detect(device), cross_process);
+        Self {
+            level,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for CudaQueueConfig {
     fn default() -> Self {
         Self {

@@ -46,7 +46,10 @@ __device__ __forceinline__ void xp_item_end(XP_GUARD_PARAMS, unsigned) {}
 __device__ __forceinline__ bool xp_block_begin(XP_GUARD_PARAMS) {
     __shared__ int xp_run;
     if (xp_thread0()) {
-        xp_run = (*xp_flag == 0) && (((volatile unsigned*)xp_done)[xp_block_id()] != xp_epoch);
+        // Both loads in flight at once: a skipped block costs one memory round trip.
+        int flag = *xp_flag;
+        unsigned done = ((volatile unsigned*)xp_done)[xp_block_id()];
+        xp_run = (flag == 0) & (done != xp_epoch);
     }
     __syncthreads();
     return xp_run != 0;
@@ -65,7 +68,9 @@ __device__ __forceinline__ int xp_item_begin(XP_GUARD_PARAMS, unsigned item) {
     __shared__ int xp_state;
     __syncthreads();
     if (xp_thread0()) {
-        xp_state = (*xp_flag != 0) ? -1 : (((volatile unsigned*)xp_done)[item] == xp_epoch ? 1 : 0);
+        int flag = *xp_flag;
+        unsigned done = ((volatile unsigned*)xp_done)[item];
+        xp_state = (flag != 0) ? -1 : (done == xp_epoch ? 1 : 0);
     }
     __syncthreads();
     return xp_state;

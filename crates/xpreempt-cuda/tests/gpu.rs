@@ -161,3 +161,36 @@ fn lv3_descheduling_is_real() {
     assert!(rate(1) < 0.1 * rate(0), "progress did not stop at the minimum timeslice");
     assert!(rate(2) > 0.5 * rate(0), "progress did not resume after restore");
 }
+
+/// Remapping a queue onto streams of other priorities mid-flight keeps its order.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn order_kept_across_stream_priority_changes() {
+    let e = env();
+    let q = queue(&e, Level::Lv1);
+    let n = 300u32;
+    let counter = DeviceBuffer::zeroed(4).expect("alloc");
+    let out = DeviceBuffer::zeroed(n as usize * 4).expect("alloc");
+    let (least, greatest) = e.device.stream_priority_range().expect("range");
+    e.device.bind().expect("bind");
+    let mut rng = 0x9e37_79b9u64;
+    for i in 0..n {
+        if i % 3 == 0 {
+            // A slow kernel now and then, so that later stamps would overtake it if order broke.
+            q.submit(Command::kernel(e.spin(false, e.wave, 30.0, 0, 0))).expect("spin");
+        }
+        let k = xpreempt_cuda::Kernel::new(e.k.stamp, [1, 1, 1], [32, 1, 1], &[counter.ptr, out.ptr, i as u64]);
+        q.submit(Command::kernel(k)).expect("stamp");
+        if i % 10 == 9 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let p = greatest + (rng % ((least - greatest + 1) as u64)) as i32;
+            q.hal().set_stream_priority(p).expect("move");
+        }
+    }
+    q.wait_all().expect("wait");
+    let v = out.read_u32().expect("read");
+    let bad: Vec<(usize, u32)> = v.iter().copied().enumerate().filter(|&(i, s)| s != i as u32).take(10).collect();
+    assert!(bad.is_empty(), "commands ran out of order (index, position): {bad:?}");
+}

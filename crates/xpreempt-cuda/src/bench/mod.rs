@@ -6,6 +6,7 @@ pub mod control;
 pub mod latency;
 pub mod lv3probe;
 pub mod roles;
+pub mod sched;
 pub mod svg;
 
 use crate::cu;

@@ -70,7 +70,7 @@ pub struct LcResult {
     pub timeslice_set: Option<String>,
 }
 
-fn be_kernel(env: &Env, spec: &BeSpec, guarded: bool) -> (crate::Kernel, u64) {
+pub(crate) fn be_kernel(env: &Env, spec: &BeSpec, guarded: bool) -> (crate::Kernel, u64) {
     if spec.persistent {
         let items = ((spec.kernel_us / spec.block_us).max(1.0) as u32) * env.wave;
         (env.persistent(guarded, items, spec.block_us, 0, 0), items as u64)
