@@ -33,6 +33,9 @@ lcbe)
   timeout 150 $XP bench lcbe --scenarios $S --persistent --label timesliced --shim $SHIM --out $R/lcbe-persistent.json --svg $R/lcbe-persistent.svg ;;
 mps)
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/xp-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/xp-mps-log
+  # MPS clients get few hardware connections by default, so streams of one process can share
+  # one and serialize (seen: in-process LC p99 0.8 ms behind a persistent BE). MPS_CONN=32 raises it.
+  [ -n "${MPS_CONN:-}" ] && export CUDA_DEVICE_MAX_CONNECTIONS=$MPS_CONN
   mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
   nvidia-cuda-mps-control -d && echo "MPS daemon started"
   trap 'echo quit | nvidia-cuda-mps-control; finish' EXIT
@@ -40,8 +43,7 @@ mps)
   S=lc-alone,be-alone,be-alone-xp,mps-default,mps-prio,mps-client-prio,xp-mps-2proc,xp-lv2-1proc,xp-sched-lv2-1proc
   timeout 150 $XP bench lcbe --scenarios $S --label mps --out $R/lcbe-mps.json --svg $R/lcbe-mps.svg
   timeout 150 $XP bench lcbe --scenarios $S --persistent --label mps --out $R/lcbe-mps-persistent.json --svg $R/lcbe-mps-persistent.svg
-  # MPS clients get few hardware connections by default; streams of one process may then share
-  # one and serialize. Same-process scenarios again with more connections:
+  # Same-process scenarios again with more connections:
   CUDA_DEVICE_MAX_CONNECTIONS=32 timeout 100 $XP bench lcbe --scenarios lc-alone,be-alone,prio-1proc,xp-lv2-1proc,xp-sched-lv2-1proc --persistent --label mps-conn32 --out $R/lcbe-mps-conn32-persistent.json --svg $R/lcbe-mps-conn32-persistent.svg
   echo quit | nvidia-cuda-mps-control; sleep 1; trap finish EXIT ;;
 esac; done

@@ -248,6 +248,9 @@ struct ScenarioResult {
 }
 
 fn be_spec(p: &LcbeParams, level: Option<Level>, prio: i32, guarded: bool) -> BeSpec {
+    // Lv2 keeps a shallow hardware window (2 kernels of ~1 ms): everything in flight that has
+    // not started must drain through the guard on each suspension before the relaunch.
+    let lv2 = level == Some(Level::Lv2);
     BeSpec {
         level,
         stream_priority: prio,
@@ -255,9 +258,9 @@ fn be_spec(p: &LcbeParams, level: Option<Level>, prio: i32, guarded: bool) -> Be
         kernel_us: p.kernel_us,
         persistent: p.persistent,
         guarded,
-        window: 3,
-        threshold: 4,
-        batch: 2,
+        window: if lv2 { 2 } else { 3 },
+        threshold: if lv2 { 2 } else { 4 },
+        batch: if lv2 { 1 } else { 2 },
         static_timeslice_us: None,
         max_secs: p.secs + 30.0,
     }
