@@ -27,6 +27,18 @@ tests)
   XPREEMPT_BIN=$XP XPREEMPT_SHIM=$SHIM timeout 180 $C/gpu-tests --ignored --test-threads=1 --nocapture 2>&1 | tee $R/gpu-tests.txt ;;
 latency)
   timeout 200 $XP --json bench latency --trials ${TRIALS:-15} --out $R/latency.json --svg $R/latency.svg > /dev/null ;;
+lcbe-persistent)
+  S=lc-alone,be-alone,be-alone-xp,prio-1proc,xp-lv2-1proc,xp-sched-lv2-1proc
+  timeout 100 $XP bench lcbe --scenarios $S --persistent --label timesliced --out $R/lcbe-persistent.json --svg $R/lcbe-persistent.svg ;;
+mps-persistent)
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/xp-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/xp-mps-log
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  [ -n "${MPS_CONN:-}" ] && export CUDA_DEVICE_MAX_CONNECTIONS=$MPS_CONN
+  nvidia-cuda-mps-control -d && echo "MPS daemon started"
+  trap 'echo quit | nvidia-cuda-mps-control; finish' EXIT
+  S=lc-alone,be-alone,be-alone-xp,mps-prio,xp-mps-2proc,xp-lv2-1proc
+  timeout 120 $XP bench lcbe --scenarios $S --persistent --label mps --out $R/lcbe-mps-persistent.json --svg $R/lcbe-mps-persistent.svg
+  echo quit | nvidia-cuda-mps-control; sleep 1; trap finish EXIT ;;
 lcbe)
   S=lc-alone,be-alone,be-alone-xp,native-2proc,prio-1proc,xp-lv1-1proc,xp-lv2-1proc,xp-sched-lv2-1proc,xp-lv3-2proc,xp-lv3static-2proc
   timeout 150 $XP bench lcbe --scenarios $S --label timesliced --shim $SHIM --out $R/lcbe.json --svg $R/lcbe.svg

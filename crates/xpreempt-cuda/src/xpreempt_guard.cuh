@@ -65,15 +65,14 @@ __device__ __forceinline__ void xp_block_end(XP_GUARD_PARAMS) {
 }
 
 __device__ __forceinline__ int xp_item_begin(XP_GUARD_PARAMS, unsigned item) {
-    __shared__ int xp_state;
+    // Finished in an earlier run: within one launch only this block writes this item's word,
+    // so every thread reads the same value and may skip without a barrier (cheap relaunch).
+    if (((volatile unsigned*)xp_done)[item] == xp_epoch) return 1;
+    __shared__ int xp_stop;
+    __syncthreads();  // all threads are done with the previous item's xp_stop
+    if (xp_thread0()) xp_stop = (*xp_flag != 0);
     __syncthreads();
-    if (xp_thread0()) {
-        int flag = *xp_flag;
-        unsigned done = ((volatile unsigned*)xp_done)[item];
-        xp_state = (flag != 0) ? -1 : (done == xp_epoch ? 1 : 0);
-    }
-    __syncthreads();
-    return xp_state;
+    return xp_stop ? -1 : 0;
 }
 
 __device__ __forceinline__ void xp_item_end(XP_GUARD_PARAMS, unsigned item) {
