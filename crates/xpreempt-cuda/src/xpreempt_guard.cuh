@@ -65,12 +65,14 @@ __device__ __forceinline__ void xp_block_end(XP_GUARD_PARAMS) {
 }
 
 __device__ __forceinline__ int xp_item_begin(XP_GUARD_PARAMS, unsigned item) {
-    // Finished in an earlier run: within one launch only this block writes this item's word,
-    // so every thread reads the same value and may skip without a barrier (cheap relaunch).
-    if (((volatile unsigned*)xp_done)[item] == xp_epoch) return 1;
     __shared__ int xp_stop;
+    // Both loads in flight at once. Within one launch only this block writes this item's word,
+    // so every thread reads the same value and a finished item is skipped without a barrier.
+    unsigned done = ((volatile unsigned*)xp_done)[item];
+    int flag = xp_thread0() ? *xp_flag : 0;
+    if (done == xp_epoch) return 1;
     __syncthreads();  // all threads are done with the previous item's xp_stop
-    if (xp_thread0()) xp_stop = (*xp_flag != 0);
+    if (xp_thread0()) xp_stop = (flag != 0);
     __syncthreads();
     return xp_stop ? -1 : 0;
 }
