@@ -91,10 +91,32 @@ enum What {
 pub fn run(out: &Output, args: &Args) -> Result<()> {
     match &args.what {
         What::Info => info(out, args.device),
-        What::Latency { trials, out: o, svg: s, blocks, kernels } => {
-            latency_sweep(out, args.device, *trials, o.as_deref(), s.as_deref(), blocks, kernels)
-        }
-        What::Lcbe { scenarios, block_us, kernel_us, persistent, secs, label, shim, out: o, svg: s } => {
+        What::Latency {
+            trials,
+            out: o,
+            svg: s,
+            blocks,
+            kernels,
+        } => latency_sweep(
+            out,
+            args.device,
+            *trials,
+            o.as_deref(),
+            s.as_deref(),
+            blocks,
+            kernels,
+        ),
+        What::Lcbe {
+            scenarios,
+            block_us,
+            kernel_us,
+            persistent,
+            secs,
+            label,
+            shim,
+            out: o,
+            svg: s,
+        } => {
             let p = LcbeParams {
                 device: args.device,
                 block_us: *block_us,
@@ -107,7 +129,9 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             lcbe(out, &p, scenarios, o.as_deref(), s.as_deref())
         }
         What::Role { role, spec, ctl } => child_role(args.device, role, spec, ctl),
-        What::Lv3Probe { window_ms, out: o } => lv3_probe(out, args.device, *window_ms, o.as_deref()),
+        What::Lv3Probe { window_ms, out: o } => {
+            lv3_probe(out, args.device, *window_ms, o.as_deref())
+        }
     }
 }
 
@@ -138,7 +162,9 @@ fn info(out: &Output, device: i32) -> Result<()> {
         device: e.device.name.clone(),
         sm_count: e.device.sm_count,
         driver_version: xpreempt_cuda::driver::driver_version()?,
-        kernel_module: text.as_deref().and_then(xpreempt_cuda::timeslice::parse_driver_version),
+        kernel_module: text
+            .as_deref()
+            .and_then(xpreempt_cuda::timeslice::parse_driver_version),
         sharing: xpreempt_cuda::mps::detect(&e.device),
         stream_priorities: e.device.stream_priority_range()?,
         iters_per_us_full: e.iters_per_us_full,
@@ -148,11 +174,15 @@ fn info(out: &Output, device: i32) -> Result<()> {
             Err(err) => format!("unavailable: {err}"),
         },
     };
-    out.emit(&i, || format!("{}\n", serde_json::to_string_pretty(&i).unwrap_or_default()))
+    out.emit(&i, || {
+        format!("{}\n", serde_json::to_string_pretty(&i).unwrap_or_default())
+    })
 }
 
 fn parse_list(s: &str) -> Result<Vec<f64>> {
-    s.split(',').map(|x| x.trim().parse::<f64>().context("bad number in list")).collect()
+    s.split(',')
+        .map(|x| x.trim().parse::<f64>().context("bad number in list"))
+        .collect()
 }
 
 fn latency_sweep(
@@ -184,7 +214,9 @@ fn latency_sweep(
                         );
                         points.push(p)
                     }
-                    Err(err) => eprintln!("latency {level:?} prio {prio} block {b} kernel {k}: {err}"),
+                    Err(err) => {
+                        eprintln!("latency {level:?} prio {prio} block {b} kernel {k}: {err}")
+                    }
                 }
             }
         }
@@ -203,7 +235,15 @@ fn latency_sweep(
                 )
             })
             .collect();
-        std::fs::write(path, svg::bar_chart("Preemption latency: suspend -> probe done, p99", "us", &rows, true))?;
+        std::fs::write(
+            path,
+            svg::bar_chart(
+                "Preemption latency: suspend -> probe done, p99",
+                "us",
+                &rows,
+                true,
+            ),
+        )?;
     }
     out.emit(&points, || {
         let mut t = String::from("level   block_us kernel_us  probe_p50  probe_p99  settle_p50\n");
@@ -215,7 +255,9 @@ fn latency_sweep(
                 p.kernel_us,
                 p.probe_us.p50,
                 p.probe_us.p99,
-                p.settle_us.as_ref().map_or("-".into(), |s| format!("{:.1}", s.p50))
+                p.settle_us
+                    .as_ref()
+                    .map_or("-".into(), |s| format!("{:.1}", s.p50))
             );
         }
         t
@@ -285,7 +327,12 @@ enum Plan {
     OneProc(Option<BeSpec>, Option<LcSpec>),
     /// One process, both queues under the local-mode scheduler.
     Sched(BeSpec, LcSpec),
-    TwoProc { be: BeSpec, lc: LcSpec, be_env: Vec<(String, String)>, preload: bool },
+    TwoProc {
+        be: BeSpec,
+        lc: LcSpec,
+        be_env: Vec<(String, String)>,
+        preload: bool,
+    },
 }
 
 fn plan(p: &LcbeParams, name: &str, greatest: i32, least: i32) -> Result<Plan> {
@@ -295,14 +342,22 @@ fn plan(p: &LcbeParams, name: &str, greatest: i32, least: i32) -> Result<Plan> {
         "lc-alone" => Plan::OneProc(None, Some(lc_alone)),
         "be-alone" => Plan::OneProc(Some(be_spec(p, None, 0, false)), None),
         "be-alone-xp" => Plan::OneProc(Some(be_spec(p, Some(Level::Lv2), least, true)), None),
-        "prio-1proc" => Plan::OneProc(Some(be_spec(p, None, least, false)), Some(lc_spec(p, greatest, false))),
-        "xp-lv1-1proc" => {
-            Plan::OneProc(Some(be_spec(p, Some(Level::Lv1), least, false)), Some(lc_spec(p, greatest, true)))
-        }
-        "xp-lv2-1proc" => {
-            Plan::OneProc(Some(be_spec(p, Some(Level::Lv2), least, true)), Some(lc_spec(p, greatest, true)))
-        }
-        "xp-sched-lv2-1proc" => Plan::Sched(be_spec(p, Some(Level::Lv2), least, true), lc_spec(p, greatest, false)),
+        "prio-1proc" => Plan::OneProc(
+            Some(be_spec(p, None, least, false)),
+            Some(lc_spec(p, greatest, false)),
+        ),
+        "xp-lv1-1proc" => Plan::OneProc(
+            Some(be_spec(p, Some(Level::Lv1), least, false)),
+            Some(lc_spec(p, greatest, true)),
+        ),
+        "xp-lv2-1proc" => Plan::OneProc(
+            Some(be_spec(p, Some(Level::Lv2), least, true)),
+            Some(lc_spec(p, greatest, true)),
+        ),
+        "xp-sched-lv2-1proc" => Plan::Sched(
+            be_spec(p, Some(Level::Lv2), least, true),
+            lc_spec(p, greatest, false),
+        ),
         "native-2proc" | "mps-default" => Plan::TwoProc {
             be: be_spec(p, None, 0, false),
             lc: lc_spec(p, 0, false),
@@ -330,25 +385,43 @@ fn plan(p: &LcbeParams, name: &str, greatest: i32, least: i32) -> Result<Plan> {
         "xp-lv3-2proc" => {
             let mut lc = lc_spec(p, 0, true);
             lc.timeslice_us = Some(20_000);
-            Plan::TwoProc { be: be_spec(p, Some(Level::Lv3), 0, false), lc, be_env: vec![], preload: true }
+            Plan::TwoProc {
+                be: be_spec(p, Some(Level::Lv3), 0, false),
+                lc,
+                be_env: vec![],
+                preload: true,
+            }
         }
         "xp-lv3static-2proc" => {
             let mut lc = lc_spec(p, 0, false);
             lc.timeslice_us = Some(20_000);
             let mut be = be_spec(p, None, 0, false);
             be.static_timeslice_us = Some(1);
-            Plan::TwoProc { be, lc, be_env: vec![], preload: true }
+            Plan::TwoProc {
+                be,
+                lc,
+                be_env: vec![],
+                preload: true,
+            }
         }
         other => bail!("unknown scenario `{other}`"),
     })
 }
 
 fn ctl_path(tag: &str) -> PathBuf {
-    let dir = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let dir = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
     dir.join(format!("xpreempt-bench-{}-{tag}", std::process::id()))
 }
 
-fn run_scenario(e: &Env, p: &LcbeParams, name: &str) -> Result<(Option<LcResult>, Option<BeResult>)> {
+fn run_scenario(
+    e: &Env,
+    p: &LcbeParams,
+    name: &str,
+) -> Result<(Option<LcResult>, Option<BeResult>)> {
     let (least, greatest) = e.device.stream_priority_range()?;
     let path = ctl_path(name);
     let ctl = SharedControl::open(&path, true)?;
@@ -374,7 +447,10 @@ fn run_scenario(e: &Env, p: &LcbeParams, name: &str) -> Result<(Option<LcResult>
                 }
             };
             let be_r = match be_h {
-                Some(h) => Some(h.join().map_err(|_| anyhow::anyhow!("BE thread panicked"))??),
+                Some(h) => Some(
+                    h.join()
+                        .map_err(|_| anyhow::anyhow!("BE thread panicked"))??,
+                ),
                 None => None,
             };
             Ok((lc_r, be_r))
@@ -383,18 +459,39 @@ fn run_scenario(e: &Env, p: &LcbeParams, name: &str) -> Result<(Option<LcResult>
             let (l, b) = xpreempt_cuda::bench::sched::run_sched_pair(e, &be, &lc, "hpf")?;
             (Some(l), Some(b))
         }
-        Plan::TwoProc { be, lc, be_env, preload } => {
+        Plan::TwoProc {
+            be,
+            lc,
+            be_env,
+            preload,
+        } => {
             let exe = std::env::current_exe()?;
-            let shim = p.shim.clone().unwrap_or_else(|| exe.with_file_name("libxpreempt_shim.so"));
+            let shim = p
+                .shim
+                .clone()
+                .unwrap_or_else(|| exe.with_file_name("libxpreempt_shim.so"));
             if preload && !shim.exists() {
                 bail!("{name} needs the ioctl shim at {}", shim.display());
             }
-            let spawn = |role: &str, spec: String, envs: &[(String, String)]| -> Result<std::process::Child> {
+            let spawn = |role: &str,
+                         spec: String,
+                         envs: &[(String, String)]|
+             -> Result<std::process::Child> {
                 let mut c = Proc::new(&exe);
-                c.args(["bench", "--device", &p.device.to_string(), "role", "--role", role, "--spec", &spec, "--ctl"])
-                    .arg(&path)
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::inherit());
+                c.args([
+                    "bench",
+                    "--device",
+                    &p.device.to_string(),
+                    "role",
+                    "--role",
+                    role,
+                    "--spec",
+                    &spec,
+                    "--ctl",
+                ])
+                .arg(&path)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit());
                 for (k, v) in envs {
                     c.env(k, v);
                 }
@@ -411,7 +508,11 @@ fn run_scenario(e: &Env, p: &LcbeParams, name: &str) -> Result<(Option<LcResult>
                 if !o.status.success() {
                     bail!("{who} process failed ({})", o.status);
                 }
-                Ok(String::from_utf8_lossy(&o.stdout).lines().last().unwrap_or("").to_string())
+                Ok(String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+                    .to_string())
             };
             let lc_r: LcResult = serde_json::from_str(&last(&lc_out, "LC")?)?;
             let be_r: BeResult = serde_json::from_str(&last(&be_out, "BE")?)?;
@@ -439,13 +540,25 @@ fn lv3_probe(out: &Output, device: i32, window_ms: u64, o: Option<&Path>) -> Res
     let be = be_spec(&p, None, 0, false);
     let exe = std::env::current_exe()?;
     let child = Proc::new(&exe)
-        .args(["bench", "--device", &device.to_string(), "role", "--role", "be", "--spec", &serde_json::to_string(&be)?, "--ctl"])
+        .args([
+            "bench",
+            "--device",
+            &device.to_string(),
+            "role",
+            "--role",
+            "be",
+            "--spec",
+            &serde_json::to_string(&be)?,
+            "--ctl",
+        ])
         .arg(&path)
         .env_remove("LD_PRELOAD")
         .stdout(Stdio::piped())
         .spawn()?;
     let t = std::time::Instant::now();
-    while ctl.be_ready.load(std::sync::atomic::Ordering::Acquire) == 0 && t.elapsed() < Duration::from_secs(30) {
+    while ctl.be_ready.load(std::sync::atomic::Ordering::Acquire) == 0
+        && t.elapsed() < Duration::from_secs(30)
+    {
         std::thread::sleep(Duration::from_millis(1));
     }
     std::thread::sleep(Duration::from_millis(200));
@@ -459,9 +572,15 @@ fn lv3_probe(out: &Output, device: i32, window_ms: u64, o: Option<&Path>) -> Res
         std::fs::write(path, serde_json::to_string_pretty(&r)?)?;
     }
     out.emit(&r, || {
-        let mut t = format!("driver {} channel groups {}\ntimeslice_us  set_call_us  rate/ms  longest_stall_ms\n", r.driver, r.channel_groups);
+        let mut t = format!(
+            "driver {} channel groups {}\ntimeslice_us  set_call_us  rate/ms  longest_stall_ms\n",
+            r.driver, r.channel_groups
+        );
         for w in &r.windows {
-            t += &format!("{:>12} {:>12.0} {:>8.1} {:>17.2}\n", w.timeslice_us, w.set_call_us, w.rate_per_ms, w.longest_stall_ms);
+            t += &format!(
+                "{:>12} {:>12.0} {:>8.1} {:>17.2}\n",
+                w.timeslice_us, w.set_call_us, w.rate_per_ms, w.longest_stall_ms
+            );
         }
         t
     })
@@ -479,10 +598,20 @@ fn child_role(device: i32, role: &str, spec: &str, ctl: &Path) -> Result<()> {
     Ok(())
 }
 
-fn lcbe(out: &Output, p: &LcbeParams, scenarios: &str, o: Option<&Path>, s: Option<&Path>) -> Result<()> {
+fn lcbe(
+    out: &Output,
+    p: &LcbeParams,
+    scenarios: &str,
+    o: Option<&Path>,
+    s: Option<&Path>,
+) -> Result<()> {
     let e = env(p.device)?;
     let mut results: Vec<ScenarioResult> = Vec::new();
-    for name in scenarios.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+    for name in scenarios
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
         eprintln!("scenario {name} ...");
         let mut r = ScenarioResult {
             scenario: name.into(),
@@ -503,8 +632,16 @@ fn lcbe(out: &Output, p: &LcbeParams, scenarios: &str, o: Option<&Path>, s: Opti
         }
         results.push(r);
     }
-    let lc_alone = results.iter().find(|r| r.scenario == "lc-alone").and_then(|r| r.lc.as_ref()).map(|l| l.latency_us.clone());
-    let be_alone = results.iter().find(|r| r.scenario == "be-alone").and_then(|r| r.be.as_ref()).map(|b| b.units_per_s);
+    let lc_alone = results
+        .iter()
+        .find(|r| r.scenario == "lc-alone")
+        .and_then(|r| r.lc.as_ref())
+        .map(|l| l.latency_us.clone());
+    let be_alone = results
+        .iter()
+        .find(|r| r.scenario == "be-alone")
+        .and_then(|r| r.be.as_ref())
+        .map(|b| b.units_per_s);
     for r in &mut results {
         if let (Some(a), Some(l)) = (&lc_alone, &r.lc) {
             r.lc_p50_norm = Some(l.latency_us.p50 / a.p50);
@@ -519,10 +656,23 @@ fn lcbe(out: &Output, p: &LcbeParams, scenarios: &str, o: Option<&Path>, s: Opti
         std::fs::write(path, serde_json::to_string_pretty(&results)?)?;
     }
     if let Some(path) = s {
-        let tag = format!("{} block {} us{}", p.label, p.block_us, if p.persistent { " persistent BE" } else { "" });
+        let tag = format!(
+            "{} block {} us{}",
+            p.label,
+            p.block_us,
+            if p.persistent { " persistent BE" } else { "" }
+        );
         let lc_rows: Vec<_> = results
             .iter()
-            .filter_map(|r| r.lc.as_ref().map(|l| (r.scenario.clone(), l.latency_us.p99, format!("(p50 {:.0})", l.latency_us.p50))))
+            .filter_map(|r| {
+                r.lc.as_ref().map(|l| {
+                    (
+                        r.scenario.clone(),
+                        l.latency_us.p99,
+                        format!("(p50 {:.0})", l.latency_us.p50),
+                    )
+                })
+            })
             .collect();
         let be_rows: Vec<_> = results
             .iter()
@@ -530,23 +680,36 @@ fn lcbe(out: &Output, p: &LcbeParams, scenarios: &str, o: Option<&Path>, s: Opti
             .collect();
         let mut svg_text = svg::bar_chart(&format!("LC p99 latency, {tag}"), "us", &lc_rows, true);
         svg_text = svg_text.replace("</svg>\n", "");
-        let be_svg = svg::bar_chart(&format!("BE throughput / BE alone, {tag}"), "", &be_rows, false);
+        let be_svg = svg::bar_chart(
+            &format!("BE throughput / BE alone, {tag}"),
+            "",
+            &be_rows,
+            false,
+        );
         // Two charts stacked: the second as a nested svg below the first.
         let h1 = 40.0 + lc_rows.len() as f64 * 22.0 + 30.0;
         let h2 = 40.0 + be_rows.len() as f64 * 22.0 + 30.0;
-        svg_text = svg_text.replacen(&format!("height='{h1}'"), &format!("height='{}'", h1 + h2), 1);
+        svg_text = svg_text.replacen(
+            &format!("height='{h1}'"),
+            &format!("height='{}'", h1 + h2),
+            1,
+        );
         svg_text += &be_svg.replacen("<svg ", &format!("<svg y='{h1}' "), 1);
         svg_text += "</svg>\n";
         std::fs::write(path, svg_text)?;
     }
     out.emit(&results, || {
-        let mut t = String::from("scenario              LC p50    LC p99  p99/alone  BE/alone  suspends  error\n");
+        let mut t = String::from(
+            "scenario              LC p50    LC p99  p99/alone  BE/alone  suspends  error\n",
+        );
         for r in &results {
             t += &format!(
                 "{:<20} {:>8} {:>9} {:>10} {:>9} {:>9}  {}\n",
                 r.scenario,
-                r.lc.as_ref().map_or("-".into(), |l| format!("{:.1}", l.latency_us.p50)),
-                r.lc.as_ref().map_or("-".into(), |l| format!("{:.1}", l.latency_us.p99)),
+                r.lc.as_ref()
+                    .map_or("-".into(), |l| format!("{:.1}", l.latency_us.p50)),
+                r.lc.as_ref()
+                    .map_or("-".into(), |l| format!("{:.1}", l.latency_us.p99)),
                 r.lc_p99_norm.map_or("-".into(), |v| format!("{v:.2}")),
                 r.be_norm.map_or("-".into(), |v| format!("{v:.3}")),
                 r.be.as_ref().map_or("-".into(), |b| b.suspends.to_string()),

@@ -80,9 +80,16 @@ impl Device {
         let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
             .to_string_lossy()
             .into_owned();
-        let sm_count = attribute(dev, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let mps_enabled =
-            attribute(dev, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED).unwrap_or(0) != 0;
+        let sm_count = attribute(
+            dev,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )?;
+        let mps_enabled = attribute(
+            dev,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED,
+        )
+        .unwrap_or(0)
+            != 0;
         Ok(Self {
             ordinal,
             dev,
@@ -109,8 +116,14 @@ impl Device {
 
     /// NVRTC's `--gpu-architecture` for this device, e.g. `compute_90`.
     pub fn compute_arch(&self) -> Result<&'static str> {
-        let major = attribute(self.dev, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor = attribute(self.dev, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let major = attribute(
+            self.dev,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+        )?;
+        let minor = attribute(
+            self.dev,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+        )?;
         Ok(match (major, minor) {
             (7, 0) => "compute_70",
             (7, 5) => "compute_75",
@@ -161,7 +174,11 @@ impl DeviceBuffer {
 
     pub fn read_u32(&self) -> Result<Vec<u32>> {
         let mut v = vec![0u32; self.bytes / 4];
-        cu!(cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), self.ptr, v.len() * 4))?;
+        cu!(cuMemcpyDtoH_v2(
+            v.as_mut_ptr().cast(),
+            self.ptr,
+            v.len() * 4
+        ))?;
         Ok(v)
     }
 

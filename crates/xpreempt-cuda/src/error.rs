@@ -12,7 +12,10 @@ pub enum CudaError {
     #[error("no CUDA device {0} (found {1})")]
     NoDevice(i32, i32),
     #[error("{call} failed: {code:?}")]
-    Driver { call: &'static str, code: sys::CUresult },
+    Driver {
+        call: &'static str,
+        code: sys::CUresult,
+    },
     #[error("NVRTC: {0}")]
     Nvrtc(String),
     #[error("{0}")]

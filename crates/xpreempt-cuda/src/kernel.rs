@@ -31,7 +31,10 @@ unsafe impl Sync for Kernel {}
 
 impl Kernel {
     pub fn new(func: sys::CUfunction, grid: [u32; 3], block: [u32; 3], args: &[u64]) -> Self {
-        assert!(args.len() <= MAX_ARGS, "at most {MAX_ARGS} kernel arguments");
+        assert!(
+            args.len() <= MAX_ARGS,
+            "at most {MAX_ARGS} kernel arguments"
+        );
         let mut a = [0u64; MAX_ARGS];
         a[..args.len()].copy_from_slice(args);
         Self {

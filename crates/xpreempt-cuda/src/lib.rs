@@ -12,16 +12,16 @@
 //! libcuda is loaded at run time: everything builds and the unit tests run without a GPU;
 //! [`driver::driver_present`] says whether one can be used.
 
-pub mod error;
+pub mod bench;
 pub mod driver;
+pub mod error;
 pub mod kernel;
+pub mod mps;
 pub mod nvrtc;
+pub mod priorities;
+pub mod priority_map;
 pub mod queue;
 pub mod timeslice;
-pub mod priority_map;
-pub mod priorities;
-pub mod mps;
-pub mod bench;
 
 pub use driver::{Device, driver_present};
 pub use error::CudaError;

@@ -33,7 +33,14 @@ pub fn compile(source: &str, guarded: bool, arch: &'static str) -> Result<String
     full.push_str(source);
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
-        name: Some(if guarded { "xp_guarded.cu" } else { "xp_plain.cu" }.into()),
+        name: Some(
+            if guarded {
+                "xp_guarded.cu"
+            } else {
+                "xp_plain.cu"
+            }
+            .into(),
+        ),
         ..Default::default()
     };
     let ptx = cudarc::nvrtc::compile_ptx_with_opts(full, opts)

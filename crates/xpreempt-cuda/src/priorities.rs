@@ -40,7 +40,11 @@ impl StreamPriorities {
     /// The queue went idle or away.
     pub fn detach(&self, q: &Arc<CudaQueue>) -> Result<()> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = g.queues.iter().position(|(w, _)| w.as_ptr() == Arc::as_ptr(q)) {
+        if let Some(i) = g
+            .queues
+            .iter()
+            .position(|(w, _)| w.as_ptr() == Arc::as_ptr(q))
+        {
             let (_, p) = g.queues.remove(i);
             g.mapper.deactivate(p);
         }
@@ -49,7 +53,11 @@ impl StreamPriorities {
 
     /// The stream priority a logical priority currently maps to.
     pub fn stream_priority(&self, p: Priority) -> i32 {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).mapper.stream_priority(p)
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .mapper
+            .stream_priority(p)
     }
 
     fn apply(g: &mut Inner) -> Result<()> {

@@ -103,7 +103,10 @@ mod tests {
         assert_eq!(m[&19], -5);
         assert!(ps.iter().filter(|&&p| m[&p] == -5).count() == 1);
         for w in ps.windows(2) {
-            assert!(m[&w[1]] <= m[&w[0]], "higher logical must not get a lower stream priority");
+            assert!(
+                m[&w[1]] <= m[&w[0]],
+                "higher logical must not get a lower stream priority"
+            );
         }
         assert_eq!(m[&0], 0);
         let used: std::collections::BTreeSet<i32> = m.values().copied().collect();

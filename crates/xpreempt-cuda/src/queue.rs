@@ -105,7 +105,10 @@ unsafe impl Sync for CudaQueue {}
 
 fn new_event() -> Result<sys::CUevent> {
     let mut ev: sys::CUevent = std::ptr::null_mut();
-    cu!(cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32))?;
+    cu!(cuEventCreate(
+        &mut ev,
+        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+    ))?;
     Ok(ev)
 }
 
@@ -315,7 +318,9 @@ impl CudaQueue {
                 self.launch_kernel(g, k)?;
                 Ok(k.guard.is_some())
             }
-            Op::Memcpy { dst, src, bytes, .. } => {
+            Op::Memcpy {
+                dst, src, bytes, ..
+            } => {
                 cu!(cuMemcpyAsync(*dst, *src, *bytes as usize, g.stream))?;
                 Ok(false)
             }
@@ -329,7 +334,11 @@ impl CudaQueue {
                     unreachable!()
                 };
                 let data = Box::into_raw(Box::new(f));
-                cu!(cuLaunchHostFunc(g.stream, Some(host_trampoline), data.cast()))?;
+                cu!(cuLaunchHostFunc(
+                    g.stream,
+                    Some(host_trampoline),
+                    data.cast()
+                ))?;
                 Ok(false)
             }
             Op::EventRecord(_) | Op::EventWait(_) => Err(CudaError::Other(
@@ -354,7 +363,12 @@ impl HwQueue for CudaQueue {
         self.level
     }
 
-    fn launch(&self, seq: Seq, command: &mut Command<Kernel>, sync_point: bool) -> Result<(), HalError> {
+    fn launch(
+        &self,
+        seq: Seq,
+        command: &mut Command<Kernel>,
+        sync_point: bool,
+    ) -> Result<(), HalError> {
         self.bind()?;
         let mut g = self.lock();
         let guarded = self.launch_op(&mut g, command)?;
@@ -413,7 +427,11 @@ impl HwQueue for CudaQueue {
             // SAFETY: live event; waiting without holding the lock.
             let r = unsafe { sys::cuEventSynchronize(ev) };
             if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(CudaError::Driver { call: "cuEventSynchronize", code: r }.into());
+                return Err(CudaError::Driver {
+                    call: "cuEventSynchronize",
+                    code: r,
+                }
+                .into());
             }
         }
     }
@@ -471,7 +489,9 @@ impl HwQueue for CudaQueue {
                 g.stop = Stop::Running;
                 return Ok(());
             }
-            Stop::Interrupted => return Err(HalError::Refused("reactivate after interrupt".into())),
+            Stop::Interrupted => {
+                return Err(HalError::Refused("reactivate after interrupt".into()));
+            }
             Stop::Flagged => {}
         }
         let stream = g.stream;
@@ -479,7 +499,12 @@ impl HwQueue for CudaQueue {
         // later deactivate's set (same stream, FIFO) can never be overtaken by this clear; the
         // queue stream waits for the clear before the relaunch.
         cu!(cuStreamWaitEvent(self.control, g.stop_event, 0))?;
-        cu!(cuMemcpyHtoDAsync_v2(self.flag.ptr, self.flag_values.word(1).cast(), 4, self.control))?;
+        cu!(cuMemcpyHtoDAsync_v2(
+            self.flag.ptr,
+            self.flag_values.word(1).cast(),
+            4,
+            self.control
+        ))?;
         cu!(cuEventRecord(g.clear_event, self.control))?;
         cu!(cuStreamWaitEvent(stream, g.clear_event, 0))?;
         // Events recorded before the stop prove nothing now.
@@ -547,7 +572,11 @@ impl Drop for CudaQueue {
             for &(_, e) in &g.sync {
                 let _ = sys::cuEventDestroy_v2(e);
             }
-            for &e in g.free_events.iter().chain([&g.stop_event, &g.clear_event, &g.move_event]) {
+            for &e in g
+                .free_events
+                .iter()
+                .chain([&g.stop_event, &g.clear_event, &g.move_event])
+            {
                 let _ = sys::cuEventDestroy_v2(e);
             }
         }

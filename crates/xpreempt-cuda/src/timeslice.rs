@@ -22,7 +22,9 @@ pub enum Lv3Unavailable {
     Untested(String),
     #[error("the ioctl shim is not loaded (LD_PRELOAD=libxpreempt_shim.so)")]
     NoShim,
-    #[error("the shim has not seen a compute channel group of this process ({0} RM allocations seen; create the CUDA context first)")]
+    #[error(
+        "the shim has not seen a compute channel group of this process ({0} RM allocations seen; create the CUDA context first)"
+    )]
     NoChannelGroup(u64),
 }
 
@@ -38,8 +40,10 @@ pub fn parse_driver_version(text: &str) -> Option<String> {
 
 /// Whether Lv3 may run on this driver.
 pub fn check_driver(version_text: Option<&str>, force: bool) -> Result<String, Lv3Unavailable> {
-    let text = version_text.ok_or_else(|| Lv3Unavailable::NoVersion("no /proc/driver/nvidia/version".into()))?;
-    let v = parse_driver_version(text).ok_or_else(|| Lv3Unavailable::NoVersion("unrecognised format".into()))?;
+    let text = version_text
+        .ok_or_else(|| Lv3Unavailable::NoVersion("no /proc/driver/nvidia/version".into()))?;
+    let v = parse_driver_version(text)
+        .ok_or_else(|| Lv3Unavailable::NoVersion("unrecognised format".into()))?;
     if TESTED_DRIVERS.contains(&v.as_str()) || force {
         Ok(v)
     } else {
@@ -65,7 +69,10 @@ pub struct Timeslice {
 
 impl std::fmt::Debug for Timeslice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Timeslice").field("normal_us", &self.normal_us).field("driver", &self.driver).finish()
+        f.debug_struct("Timeslice")
+            .field("normal_us", &self.normal_us)
+            .field("driver", &self.driver)
+            .finish()
     }
 }
 
@@ -80,7 +87,12 @@ impl Timeslice {
             return Err(Lv3Unavailable::NoShim);
         }
         // SAFETY: the shim exports these with exactly these signatures.
-        let (set, count): (SetFn, CountFn) = unsafe { (std::mem::transmute(set), std::mem::transmute(count)) };
+        let (set, count): (SetFn, CountFn) = unsafe {
+            (
+                std::mem::transmute::<*mut c_void, SetFn>(set),
+                std::mem::transmute::<*mut c_void, CountFn>(count),
+            )
+        };
         // SAFETY: plain call into the shim.
         if unsafe { count() } == 0 {
             let seen = lookup(c"xpreempt_shim_allocs_seen");
@@ -111,7 +123,10 @@ impl Timeslice {
         let r = unsafe { (self.set)(us) };
         match r {
             0 => Ok(()),
-            r if r < 0 => Err(CudaError::Other(format!("SET_TIMESLICE ioctl failed: errno {}", -r))),
+            r if r < 0 => Err(CudaError::Other(format!(
+                "SET_TIMESLICE ioctl failed: errno {}",
+                -r
+            ))),
             r => Err(CudaError::Other(format!("SET_TIMESLICE RM status {r:#x}"))),
         }
     }
@@ -135,7 +150,9 @@ pub fn timeslices_for_shares(shares: &[f64], period_us: u64) -> Vec<u64> {
             if sum <= 0.0 || !s.is_finite() || s <= 0.0 {
                 MIN_TIMESLICE_US
             } else {
-                ((s / sum) * period_us as f64).round().max(MIN_TIMESLICE_US as f64) as u64
+                ((s / sum) * period_us as f64)
+                    .round()
+                    .max(MIN_TIMESLICE_US as f64) as u64
             }
         })
         .collect()
@@ -148,7 +165,10 @@ mod tests {
     #[test]
     fn shares_become_timeslices() {
         assert_eq!(timeslices_for_shares(&[3.0, 1.0], 4096), vec![3072, 1024]);
-        assert_eq!(timeslices_for_shares(&[1.0, 0.0], 2048), vec![2048, MIN_TIMESLICE_US]);
+        assert_eq!(
+            timeslices_for_shares(&[1.0, 0.0], 2048),
+            vec![2048, MIN_TIMESLICE_US]
+        );
         assert_eq!(timeslices_for_shares(&[0.0], 2048), vec![MIN_TIMESLICE_US]);
     }
 
@@ -163,10 +183,16 @@ mod tests {
     #[test]
     fn unknown_driver_falls_back() {
         let other = V.replace("580.159.04", "590.1.2");
-        assert_eq!(check_driver(Some(&other), false), Err(Lv3Unavailable::Untested("590.1.2".into())));
+        assert_eq!(
+            check_driver(Some(&other), false),
+            Err(Lv3Unavailable::Untested("590.1.2".into()))
+        );
         assert_eq!(check_driver(Some(&other), true).as_deref(), Ok("590.1.2"));
         assert_eq!(check_driver(Some(V), false).as_deref(), Ok("580.159.04"));
-        assert!(matches!(check_driver(None, false), Err(Lv3Unavailable::NoVersion(_))));
+        assert!(matches!(
+            check_driver(None, false),
+            Err(Lv3Unavailable::NoVersion(_))
+        ));
     }
 
     #[test]

@@ -12,20 +12,35 @@ use xpreempt_cuda::driver::DeviceBuffer;
 use xpreempt_cuda::{CudaQueue, CudaQueueConfig};
 
 fn env() -> Env {
-    assert!(xpreempt_cuda::driver_present(), "no CUDA driver: this test needs a GPU");
+    assert!(
+        xpreempt_cuda::driver_present(),
+        "no CUDA driver: this test needs a GPU"
+    );
     Env::new(0).expect("CUDA device 0 with NVRTC")
 }
 
 fn queue(e: &Env, level: Level) -> Arc<SharedXQueue<CudaQueue>> {
     let hal = CudaQueue::new(
         e.device.clone(),
-        CudaQueueConfig { level, stream_priority: 0, slots: 20, max_units: 1 << 20 },
+        CudaQueueConfig {
+            level,
+            stream_priority: 0,
+            slots: 20,
+            max_units: 1 << 20,
+        },
     )
     .expect("queue");
     let hw = hal.max_level();
-    assert!(hw >= level.min(Level::Lv2), "level {level} must be available");
+    assert!(
+        hw >= level.min(Level::Lv2),
+        "level {level} must be available"
+    );
     let qc = QueueConfig::new(8, 4, level).expect("config");
-    Arc::new(SharedXQueue::new(XQueue::new(QueueId(0), qc, hw), hal, None))
+    Arc::new(SharedXQueue::new(
+        XQueue::new(QueueId(0), qc, hw),
+        hal,
+        None,
+    ))
 }
 
 /// Random suspend/resume from another thread while `n` kernels (guarded, plain, and memsets in
@@ -66,10 +81,16 @@ fn exactly_once(level: Level, persistent: bool) {
         } else {
             e.spin(guarded, blocks, 5.0, c, 0)
         };
-        q.submit_with_retry(Command::kernel(k), Duration::from_secs(5)).expect("submit");
+        q.submit_with_retry(Command::kernel(k), Duration::from_secs(5))
+            .expect("submit");
         if i % 7 == 3 {
-            let m = Command::new(Op::Memset { dst: scratch.ptr, value: (i % 250) as u8, bytes: 4096 });
-            q.submit_with_retry(m, Duration::from_secs(5)).expect("memset");
+            let m = Command::new(Op::Memset {
+                dst: scratch.ptr,
+                value: (i % 250) as u8,
+                bytes: 4096,
+            });
+            q.submit_with_retry(m, Duration::from_secs(5))
+                .expect("memset");
         }
     }
     q.resume().ok();
@@ -81,11 +102,23 @@ fn exactly_once(level: Level, persistent: bool) {
     q.wait_all().expect("wait_all");
     e.device.synchronize().expect("sync");
     let v = counts.read_u32().expect("read");
-    let wrong: Vec<(usize, u32)> = v.iter().copied().enumerate().filter(|&(_, c)| c != 1).take(10).collect();
-    assert!(wrong.is_empty(), "blocks not run exactly once (index, count): {wrong:?}");
+    let wrong: Vec<(usize, u32)> = v
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, c)| c != 1)
+        .take(10)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "blocks not run exactly once (index, count): {wrong:?}"
+    );
     assert!(cycles > 0, "the test must have suspended at least once");
     let st = q.stats();
-    eprintln!("{level}: {cycles} suspend/resume cycles, stats {:?}", (st.preemptions, st.hal_errors));
+    eprintln!(
+        "{level}: {cycles} suspend/resume cycles, stats {:?}",
+        (st.preemptions, st.hal_errors)
+    );
 }
 
 #[test]
@@ -116,25 +149,43 @@ fn lv2_relaunch_skips_finished_blocks() {
     let blocks = 40 * e.wave; // ~40 waves of 50 us: ~2 ms
     let counts = DeviceBuffer::zeroed(blocks as usize * 4).expect("alloc");
     e.device.bind().expect("bind");
-    q.submit(Command::kernel(e.spin(true, blocks, 50.0, counts.ptr, 0))).expect("submit");
+    q.submit(Command::kernel(e.spin(true, blocks, 50.0, counts.ptr, 0)))
+        .expect("submit");
     std::thread::sleep(Duration::from_micros(700));
     q.suspend().expect("suspend");
     let t = Instant::now();
     while !q.hal().settled() {
-        assert!(t.elapsed() < Duration::from_secs(2), "deactivate never settled");
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "deactivate never settled"
+        );
     }
     let settle = t.elapsed();
     let mid = counts.read_u32().expect("read");
     let done = mid.iter().filter(|&&c| c == 1).count();
-    assert!(mid.iter().all(|&c| c <= 1), "a block ran twice before resume");
-    assert!(done > 0 && done < blocks as usize, "kernel should be stopped part-way: {done}/{blocks} blocks done");
+    assert!(
+        mid.iter().all(|&c| c <= 1),
+        "a block ran twice before resume"
+    );
+    assert!(
+        done > 0 && done < blocks as usize,
+        "kernel should be stopped part-way: {done}/{blocks} blocks done"
+    );
     std::thread::sleep(Duration::from_millis(5));
-    let still = counts.read_u32().expect("read").iter().filter(|&&c| c == 1).count();
+    let still = counts
+        .read_u32()
+        .expect("read")
+        .iter()
+        .filter(|&&c| c == 1)
+        .count();
     assert_eq!(still, done, "blocks ran while deactivated");
     q.resume().expect("resume");
     q.wait_all().expect("wait");
     let v = counts.read_u32().expect("read");
-    assert!(v.iter().all(|&c| c == 1), "after relaunch every block exactly once");
+    assert!(
+        v.iter().all(|&c| c == 1),
+        "after relaunch every block exactly once"
+    );
     eprintln!("stopped at {done}/{blocks} blocks; settled in {settle:?}");
 }
 
@@ -144,7 +195,10 @@ fn lv2_relaunch_skips_finished_blocks() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn lv3_descheduling_is_real() {
-    assert!(xpreempt_cuda::driver_present(), "no CUDA driver: this test needs a GPU");
+    assert!(
+        xpreempt_cuda::driver_present(),
+        "no CUDA driver: this test needs a GPU"
+    );
     let bin = std::env::var("XPREEMPT_BIN").expect("XPREEMPT_BIN: path of the xpreempt binary");
     let shim = std::env::var("XPREEMPT_SHIM").expect("XPREEMPT_SHIM: path of libxpreempt_shim.so");
     let out = std::process::Command::new(bin)
@@ -152,14 +206,29 @@ fn lv3_descheduling_is_real() {
         .env("LD_PRELOAD", shim)
         .output()
         .expect("run xpreempt");
-    assert!(out.status.success(), "lv3-probe failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "lv3-probe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let w = v["windows"].as_array().expect("windows");
     let rate = |i: usize| w[i]["rate_per_ms"].as_f64().expect("rate");
-    eprintln!("progress per ms: default {:.1}, minimum {:.1}, restored {:.1}", rate(0), rate(1), rate(2));
+    eprintln!(
+        "progress per ms: default {:.1}, minimum {:.1}, restored {:.1}",
+        rate(0),
+        rate(1),
+        rate(2)
+    );
     assert!(rate(0) > 0.0, "no progress at the default timeslice");
-    assert!(rate(1) < 0.1 * rate(0), "progress did not stop at the minimum timeslice");
-    assert!(rate(2) > 0.5 * rate(0), "progress did not resume after restore");
+    assert!(
+        rate(1) < 0.1 * rate(0),
+        "progress did not stop at the minimum timeslice"
+    );
+    assert!(
+        rate(2) > 0.5 * rate(0),
+        "progress did not resume after restore"
+    );
 }
 
 /// Remapping a queue onto streams of other priorities mid-flight keeps its order.
@@ -177,9 +246,15 @@ fn order_kept_across_stream_priority_changes() {
     for i in 0..n {
         if i % 3 == 0 {
             // A slow kernel now and then, so that later stamps would overtake it if order broke.
-            q.submit(Command::kernel(e.spin(false, e.wave, 30.0, 0, 0))).expect("spin");
+            q.submit(Command::kernel(e.spin(false, e.wave, 30.0, 0, 0)))
+                .expect("spin");
         }
-        let k = xpreempt_cuda::Kernel::new(e.k.stamp, [1, 1, 1], [32, 1, 1], &[counter.ptr, out.ptr, i as u64]);
+        let k = xpreempt_cuda::Kernel::new(
+            e.k.stamp,
+            [1, 1, 1],
+            [32, 1, 1],
+            &[counter.ptr, out.ptr, i as u64],
+        );
         q.submit(Command::kernel(k)).expect("stamp");
         if i % 10 == 9 {
             rng ^= rng << 13;
@@ -191,6 +266,15 @@ fn order_kept_across_stream_priority_changes() {
     }
     q.wait_all().expect("wait");
     let v = out.read_u32().expect("read");
-    let bad: Vec<(usize, u32)> = v.iter().copied().enumerate().filter(|&(i, s)| s != i as u32).take(10).collect();
-    assert!(bad.is_empty(), "commands ran out of order (index, position): {bad:?}");
+    let bad: Vec<(usize, u32)> = v
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(i, s)| s != i as u32)
+        .take(10)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "commands ran out of order (index, position): {bad:?}"
+    );
 }

@@ -42,7 +42,10 @@ fn real_ioctl() -> Option<IoctlFn> {
 
 /// XPREEMPT_SHIM_LOG: unset = quiet, 1 = channel groups and controls, 2 = every RM_ALLOC.
 fn log_level() -> u32 {
-    std::env::var("XPREEMPT_SHIM_LOG").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+    std::env::var("XPREEMPT_SHIM_LOG")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 fn log_enabled() -> bool {
@@ -73,7 +76,10 @@ unsafe fn observe(fd: c_int, request: u64, arg: *const u8) {
     // SAFETY: libcuda passed a params pointer of params_size bytes, still live during the call.
     let head = unsafe { std::ptr::read_unaligned(a.p_params as *const ChannelGroupAllocHead) };
     if log_level() >= 2 {
-        eprintln!("xpreempt-shim: channel group object={:#x} engineType={:#x}", a.h_object, head.engine_type);
+        eprintln!(
+            "xpreempt-shim: channel group object={:#x} engineType={:#x}",
+            a.h_object, head.engine_type
+        );
     }
     if head.engine_type != ENGINE_TYPE_GRAPHICS_COMPUTE {
         return;
@@ -83,13 +89,16 @@ unsafe fn observe(fd: c_int, request: u64, arg: *const u8) {
         h_client: a.h_client,
         h_object: a.h_object,
     };
-    if let Ok(mut groups) = GROUPS.lock() {
-        if !groups.contains(&g) {
-            groups.push(g);
-        }
+    if let Ok(mut groups) = GROUPS.lock()
+        && !groups.contains(&g)
+    {
+        groups.push(g);
     }
     if log_enabled() {
-        eprintln!("xpreempt-shim: compute channel group fd={fd} client={:#x} object={:#x}", g.h_client, g.h_object);
+        eprintln!(
+            "xpreempt-shim: compute channel group fd={fd} client={:#x} object={:#x}",
+            g.h_client, g.h_object
+        );
     }
 }
 
@@ -150,7 +159,13 @@ pub fn set_timeslice(g: ChannelGroup, us: u64) -> i64 {
         status: 0,
     };
     // SAFETY: a well-formed NVOS54 on libcuda's own fd.
-    let r = unsafe { real(g.fd, IOCTL_RM_CONTROL as c_ulong, (&mut ctl as *mut Nvos54).cast()) };
+    let r = unsafe {
+        real(
+            g.fd,
+            IOCTL_RM_CONTROL as c_ulong,
+            (&mut ctl as *mut Nvos54).cast(),
+        )
+    };
     if r != 0 {
         // SAFETY: reading errno.
         return -(unsafe { *libc::__errno_location() } as i64);

@@ -171,7 +171,10 @@ mod tests {
     #[test]
     fn ioctl_numbers_decode() {
         let d = decode(IOCTL_RM_ALLOC_NVOS64);
-        assert_eq!((d.dir, d.size, d.kind, d.nr), (3, 48, NV_IOCTL_MAGIC, NV_ESC_RM_ALLOC));
+        assert_eq!(
+            (d.dir, d.size, d.kind, d.nr),
+            (3, 48, NV_IOCTL_MAGIC, NV_ESC_RM_ALLOC)
+        );
         assert_eq!(decode(IOCTL_RM_CONTROL).size, 32);
         assert_eq!(decode(IOCTL_RM_CONTROL).nr, NV_ESC_RM_CONTROL);
         assert_eq!(decode(IOCTL_RM_ALLOC_NVOS21).size, 32);
@@ -187,15 +190,20 @@ mod tests {
             params_size: 20,
             ..Default::default()
         };
-        let seen = unsafe { read_alloc(IOCTL_RM_ALLOC_NVOS64, (&a as *const Nvos64).cast()) }.unwrap();
-        assert_eq!((seen.h_client, seen.h_object, seen.h_class), (0xc1d0_0001, 0x5c00_0042, 0xA06C));
+        let seen =
+            unsafe { read_alloc(IOCTL_RM_ALLOC_NVOS64, (&a as *const Nvos64).cast()) }.unwrap();
+        assert_eq!(
+            (seen.h_client, seen.h_object, seen.h_class),
+            (0xc1d0_0001, 0x5c00_0042, 0xA06C)
+        );
         let b = Nvos21 {
             h_root: 7,
             h_object_new: 9,
             h_class: 0xC86F,
             ..Default::default()
         };
-        let seen = unsafe { read_alloc(IOCTL_RM_ALLOC_NVOS21, (&b as *const Nvos21).cast()) }.unwrap();
+        let seen =
+            unsafe { read_alloc(IOCTL_RM_ALLOC_NVOS21, (&b as *const Nvos21).cast()) }.unwrap();
         assert_eq!((seen.h_client, seen.h_object, seen.h_class), (7, 9, 0xC86F));
         assert!(unsafe { read_alloc(IOCTL_RM_CONTROL, (&b as *const Nvos21).cast()) }.is_none());
     }

@@ -60,11 +60,20 @@ pub fn measure(
         Some(l) => {
             let hal = CudaQueue::new(
                 env.device.clone(),
-                CudaQueueConfig { level: l, stream_priority: be_prio, slots: 12, max_units: 1 << 21 },
+                CudaQueueConfig {
+                    level: l,
+                    stream_priority: be_prio,
+                    slots: 12,
+                    max_units: 1 << 21,
+                },
             )?;
             let hw = hal.max_level();
             let qc = QueueConfig::new(4, 2, l).map_err(|e| CudaError::Other(e.to_string()))?;
-            Some(Arc::new(SharedXQueue::new(XQueue::new(QueueId(1), qc, hw), hal, None)))
+            Some(Arc::new(SharedXQueue::new(
+                XQueue::new(QueueId(1), qc, hw),
+                hal,
+                None,
+            )))
         }
     };
     // BE feeder thread: keeps 4 kernels outstanding.
@@ -79,7 +88,9 @@ pub fn measure(
                 Some(q) => {
                     let mut out = VecDeque::new();
                     while !stop.load(Relaxed) {
-                        let s = q.submit(Command::kernel(k.clone())).map_err(|e| CudaError::Other(e.to_string()))?;
+                        let s = q
+                            .submit(Command::kernel(k.clone()))
+                            .map_err(|e| CudaError::Other(e.to_string()))?;
                         out.push_back(s);
                         if out.len() >= 4 {
                             let s = out.pop_front().expect("non-empty");
@@ -95,7 +106,10 @@ pub fn measure(
                     while !stop.load(Relaxed) {
                         s.launch(&k)?;
                         let mut e: sys::CUevent = std::ptr::null_mut();
-                        crate::cu!(cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32))?;
+                        crate::cu!(cuEventCreate(
+                            &mut e,
+                            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+                        ))?;
                         s.record(e)?;
                         evs.push_back(e);
                         if evs.len() >= 4 {
@@ -127,7 +141,11 @@ pub fn measure(
         probe_stream.launch(&probe)?;
         crate::cu!(cuEventRecord(probe_stream.event, probe_stream.stream))?;
         let mut probe_done = None;
-        let mut settled = if level == Some(Level::Lv2) { None } else { Some(0.0) };
+        let mut settled = if level == Some(Level::Lv2) {
+            None
+        } else {
+            Some(0.0)
+        };
         while probe_done.is_none() || settled.is_none() {
             if probe_done.is_none() {
                 // SAFETY: live event.
@@ -155,9 +173,15 @@ pub fn measure(
         }
     }
     stop.store(true, Relaxed);
-    feeder.join().map_err(|_| CudaError::Other("feeder panicked".into()))??;
+    feeder
+        .join()
+        .map_err(|_| CudaError::Other("feeder panicked".into()))??;
     Ok(LatencyPoint {
-        level: format!("{}{}", level.map_or("native".into(), |l| l.to_string()), if prio { "+prio" } else { "" }),
+        level: format!(
+            "{}{}",
+            level.map_or("native".into(), |l| l.to_string()),
+            if prio { "+prio" } else { "" }
+        ),
         block_us,
         kernel_us,
         probe_us: Summary::of(probe_lat),

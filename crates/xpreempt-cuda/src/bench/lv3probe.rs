@@ -40,9 +40,14 @@ pub fn probe(env: &Env, window_ms: u64) -> Result<Lv3Probe> {
     unsafe { progress.write_volatile(0) };
     let s = super::RawStream::new(0)?;
     // ~ (3 windows + margin) of ~20 µs steps on one block.
-    let steps = (window_ms * 4 * 1000 / 20) as u64;
+    let steps = window_ms * 4 * 1000 / 20;
     let iters = (20.0 * env.iters_per_us_light) as u64;
-    let k = crate::Kernel::new(env.k.progress, [1, 1, 1], [32, 1, 1], &[steps, iters, dptr, env.sink.ptr]);
+    let k = crate::Kernel::new(
+        env.k.progress,
+        [1, 1, 1],
+        [32, 1, 1],
+        &[steps, iters, dptr, env.sink.ptr],
+    );
     s.launch(&k)?;
     let read = || unsafe { progress.read_volatile() };
     let t = Instant::now();
@@ -52,7 +57,11 @@ pub fn probe(env: &Env, window_ms: u64) -> Result<Lv3Probe> {
         }
     }
     let mut windows = Vec::new();
-    for us in [ts.normal_us, crate::timeslice::MIN_TIMESLICE_US, ts.normal_us] {
+    for us in [
+        ts.normal_us,
+        crate::timeslice::MIN_TIMESLICE_US,
+        ts.normal_us,
+    ] {
         let t0 = Instant::now();
         ts.set_us(us)?;
         let set_call_us = t0.elapsed().as_secs_f64() * 1e6;

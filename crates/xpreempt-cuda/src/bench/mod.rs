@@ -58,7 +58,8 @@ impl RawStream {
     /// Launches a kernel whose arguments already include any guard parameters.
     pub fn launch(&self, k: &Kernel) -> Result<()> {
         let mut args = k.args;
-        let mut ptrs: [*mut c_void; crate::kernel::MAX_ARGS] = [std::ptr::null_mut(); crate::kernel::MAX_ARGS];
+        let mut ptrs: [*mut c_void; crate::kernel::MAX_ARGS] =
+            [std::ptr::null_mut(); crate::kernel::MAX_ARGS];
         for (p, a) in ptrs.iter_mut().zip(args[..k.nargs].iter_mut()) {
             *p = (a as *mut u64).cast();
         }
@@ -77,7 +78,7 @@ impl RawStream {
         ))
     }
 
-    pub fn record(&self, ev: sys::CUevent) -> Result<()> {
+    pub(crate) fn record(&self, ev: sys::CUevent) -> Result<()> {
         cu!(cuEventRecord(ev, self.stream))
     }
 
@@ -150,36 +151,75 @@ impl Env {
         }
         self.iters_per_us_full = iters as f64 / full.max(1.0);
         self.iters_per_us_light = iters as f64 / light.max(1.0);
-        tracing::info!(full_us = full, light_us = light, "calibrated {iters} iterations");
+        tracing::info!(
+            full_us = full,
+            light_us = light,
+            "calibrated {iters} iterations"
+        );
         Ok(())
     }
 
     /// A spin kernel of `blocks` blocks of about `block_us` each on a full GPU.
-    pub fn spin(&self, guarded: bool, blocks: u32, block_us: f64, counts: u64, total: u64) -> Kernel {
+    pub fn spin(
+        &self,
+        guarded: bool,
+        blocks: u32,
+        block_us: f64,
+        counts: u64,
+        total: u64,
+    ) -> Kernel {
         let iters = (block_us * self.iters_per_us_full).max(1.0) as u64;
         let grid = [blocks, 1, 1];
         let block = [THREADS, 1, 1];
         if guarded {
-            Kernel::new(self.k.spin_guarded, grid, block, &[iters, counts, total, self.sink.ptr]).guarded()
+            Kernel::new(
+                self.k.spin_guarded,
+                grid,
+                block,
+                &[iters, counts, total, self.sink.ptr],
+            )
+            .guarded()
         } else {
-            Kernel::new(self.k.spin_plain, grid, block, &[0, 0, 0, iters, counts, total, self.sink.ptr])
+            Kernel::new(
+                self.k.spin_plain,
+                grid,
+                block,
+                &[0, 0, 0, iters, counts, total, self.sink.ptr],
+            )
         }
     }
 
     /// A short LC kernel: `blocks` blocks of about `us` each on an otherwise idle GPU.
     pub fn lc_kernel(&self, blocks: u32, us: f64) -> Kernel {
         let iters = (us * self.iters_per_us_light).max(1.0) as u64;
-        Kernel::new(self.k.spin_plain, [blocks, 1, 1], [THREADS, 1, 1], &[0, 0, 0, iters, 0, 0, self.sink.ptr])
+        Kernel::new(
+            self.k.spin_plain,
+            [blocks, 1, 1],
+            [THREADS, 1, 1],
+            &[0, 0, 0, iters, 0, 0, self.sink.ptr],
+        )
     }
 
     /// A persistent kernel: one wave looping over `items` items of about `item_us` each.
-    pub fn persistent(&self, guarded: bool, items: u32, item_us: f64, counts: u64, total: u64) -> Kernel {
+    pub fn persistent(
+        &self,
+        guarded: bool,
+        items: u32,
+        item_us: f64,
+        counts: u64,
+        total: u64,
+    ) -> Kernel {
         let iters = (item_us * self.iters_per_us_full).max(1.0) as u64;
         let grid = [self.wave, 1, 1];
         let block = [THREADS, 1, 1];
         if guarded {
-            Kernel::new(self.k.persistent_guarded, grid, block, &[items as u64, iters, counts, total, self.sink.ptr])
-                .guarded_items(items)
+            Kernel::new(
+                self.k.persistent_guarded,
+                grid,
+                block,
+                &[items as u64, iters, counts, total, self.sink.ptr],
+            )
+            .guarded_items(items)
         } else {
             Kernel::new(
                 self.k.persistent_plain,
@@ -222,11 +262,21 @@ pub struct Summary {
 impl Summary {
     pub fn of(mut samples: Vec<f64>) -> Self {
         let n = samples.len();
-        let mean = if n == 0 { f64::NAN } else { samples.iter().sum::<f64>() / n as f64 };
+        let mean = if n == 0 {
+            f64::NAN
+        } else {
+            samples.iter().sum::<f64>() / n as f64
+        };
         let p50 = percentile(&mut samples, 50.0);
         let p99 = percentile(&mut samples, 99.0);
         let max = samples.last().copied().unwrap_or(f64::NAN);
-        Self { n, p50, p99, mean, max }
+        Self {
+            n,
+            p50,
+            p99,
+            mean,
+            max,
+        }
     }
 }
 

@@ -73,10 +73,16 @@ pub struct LcResult {
 pub(crate) fn be_kernel(env: &Env, spec: &BeSpec, guarded: bool) -> (crate::Kernel, u64) {
     if spec.persistent {
         let items = ((spec.kernel_us / spec.block_us).max(1.0) as u32) * env.wave;
-        (env.persistent(guarded, items, spec.block_us, 0, 0), items as u64)
+        (
+            env.persistent(guarded, items, spec.block_us, 0, 0),
+            items as u64,
+        )
     } else {
         let blocks = ((spec.kernel_us / spec.block_us).max(1.0) as u32) * env.wave;
-        (env.spin(guarded, blocks, spec.block_us, 0, 0), blocks as u64)
+        (
+            env.spin(guarded, blocks, spec.block_us, 0, 0),
+            blocks as u64,
+        )
     }
 }
 
@@ -88,7 +94,9 @@ struct Meter {
 /// Runs the BE loop until the LC side says done (phase 2) or `max_secs`.
 pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
     env.device.bind()?;
-    let meter = Arc::new(Meter { units: AtomicU64::new(0) });
+    let meter = Arc::new(Meter {
+        units: AtomicU64::new(0),
+    });
     let stop = Arc::new(AtomicBool::new(false));
     let deadline = Instant::now() + Duration::from_secs_f64(spec.max_secs);
     let mut result = BeResult::default();
@@ -96,7 +104,8 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
     // Lv3 with a fixed share: this process's timeslice stays low for the whole run.
     let static_ts = match spec.static_timeslice_us {
         Some(us) => {
-            let t = crate::timeslice::Timeslice::probe().map_err(|e| CudaError::Other(e.to_string()))?;
+            let t = crate::timeslice::Timeslice::probe()
+                .map_err(|e| CudaError::Other(e.to_string()))?;
             t.set_us(us)?;
             result.level_used = Some(format!("lv3-static {us} us"));
             Some(t)
@@ -118,7 +127,11 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
             let qc = QueueConfig::new(spec.threshold, spec.batch, level)
                 .map_err(|e| CudaError::Other(e.to_string()))?;
             let hw = xpreempt_core::HwQueue::max_level(&hal);
-            Some(Arc::new(SharedXQueue::new(XQueue::new(QueueId(1), qc, hw), hal, None)))
+            Some(Arc::new(SharedXQueue::new(
+                XQueue::new(QueueId(1), qc, hw),
+                hal,
+                None,
+            )))
         }
     };
 
@@ -183,7 +196,10 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
                 let mut free: Vec<sys::CUevent> = Vec::new();
                 for _ in 0..spec.window + 1 {
                     let mut e: sys::CUevent = std::ptr::null_mut();
-                    cu!(cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32))?;
+                    cu!(cuEventCreate(
+                        &mut e,
+                        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+                    ))?;
                     free.push(e);
                 }
                 while !stop.load(Relaxed) && Instant::now() < deadline {

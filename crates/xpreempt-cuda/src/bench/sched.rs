@@ -20,18 +20,40 @@ fn err(e: impl std::fmt::Display) -> CudaError {
     CudaError::Other(e.to_string())
 }
 
-pub fn run_sched_pair(env: &Env, be: &BeSpec, lc: &LcSpec, policy_name: &str) -> Result<(LcResult, BeResult)> {
+pub fn run_sched_pair(
+    env: &Env,
+    be: &BeSpec,
+    lc: &LcSpec,
+    policy_name: &str,
+) -> Result<(LcResult, BeResult)> {
     env.device.bind()?;
-    let sched = LocalScheduler::start(Scheduler::new(policy::by_name(policy_name).map_err(err)?)).map_err(err)?;
-    let make = |id: u32, prio: i32, level: Level, stream_priority: i32| -> Result<Arc<SharedXQueue<CudaQueue>>> {
+    let sched = LocalScheduler::start(Scheduler::new(policy::by_name(policy_name).map_err(err)?))
+        .map_err(err)?;
+    let make = |id: u32,
+                prio: i32,
+                level: Level,
+                stream_priority: i32|
+     -> Result<Arc<SharedXQueue<CudaQueue>>> {
         let hal = CudaQueue::new(
             env.device.clone(),
-            CudaQueueConfig { level, stream_priority, slots: 2 * be.threshold + 2, max_units: 1 << 21 },
+            CudaQueueConfig {
+                level,
+                stream_priority,
+                slots: 2 * be.threshold + 2,
+                max_units: 1 << 21,
+            },
         )?;
         let qc = QueueConfig::new(be.threshold, be.batch, level).map_err(err)?;
         let hw = hal.max_level();
-        let q = Arc::new(SharedXQueue::new(XQueue::new(QueueId(id), qc, hw), hal, Some(sched.sink())));
-        sched.register(QueueInfo::new(QueueId(id), prio), q.clone() as Arc<dyn Preemptible>);
+        let q = Arc::new(SharedXQueue::new(
+            XQueue::new(QueueId(id), qc, hw),
+            hal,
+            Some(sched.sink()),
+        ));
+        sched.register(
+            QueueInfo::new(QueueId(id), prio),
+            q.clone() as Arc<dyn Preemptible>,
+        );
         Ok(q)
     };
     let be_q = make(0, 0, be.level.unwrap_or(Level::Lv2), be.stream_priority)?;
@@ -73,7 +95,9 @@ pub fn run_sched_pair(env: &Env, be: &BeSpec, lc: &LcSpec, policy_name: &str) ->
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        std::thread::sleep(Duration::from_micros(lc.gap_min_us + rng % (lc.gap_max_us - lc.gap_min_us + 1)));
+        std::thread::sleep(Duration::from_micros(
+            lc.gap_min_us + rng % (lc.gap_max_us - lc.gap_min_us + 1),
+        ));
         let t0 = Instant::now();
         let mut last = 0;
         for _ in 0..lc.kernels {
@@ -90,10 +114,21 @@ pub fn run_sched_pair(env: &Env, be: &BeSpec, lc: &LcSpec, policy_name: &str) ->
         units_per_s: rate,
         kernels,
         suspends: st.preemptions,
-        level_used: Some(format!("{} via local scheduler ({policy_name})", be_q.hal().max_level())),
+        level_used: Some(format!(
+            "{} via local scheduler ({policy_name})",
+            be_q.hal().max_level()
+        )),
         hal_errors: st.hal_errors,
-        suspend_latency_p50_us: (st.suspend_latency.count() > 0).then(|| st.suspend_latency.quantile(0.5) as f64 / 1e3),
-        suspend_latency_p99_us: (st.suspend_latency.count() > 0).then(|| st.suspend_latency.quantile(0.99) as f64 / 1e3),
+        suspend_latency_p50_us: (st.suspend_latency.count() > 0)
+            .then(|| st.suspend_latency.quantile(0.5) as f64 / 1e3),
+        suspend_latency_p99_us: (st.suspend_latency.count() > 0)
+            .then(|| st.suspend_latency.quantile(0.99) as f64 / 1e3),
     };
-    Ok((LcResult { latency_us: Summary::of(lat), timeslice_set: None }, be_r))
+    Ok((
+        LcResult {
+            latency_us: Summary::of(lat),
+            timeslice_set: None,
+        },
+        be_r,
+    ))
 }

@@ -9,9 +9,17 @@ pub fn bar_chart(title: &str, unit: &str, rows: &[(String, f64, String)], log: b
     let top = 40.0;
     let h = top + rows.len() as f64 * row_h + 30.0;
     let tx = |v: f64| if log { v.max(1e-3).log10() } else { v };
-    let vmax = rows.iter().map(|r| tx(r.1)).filter(|v| v.is_finite()).fold(f64::MIN, f64::max);
+    let vmax = rows
+        .iter()
+        .map(|r| tx(r.1))
+        .filter(|v| v.is_finite())
+        .fold(f64::MIN, f64::max);
     let vmin = if log {
-        rows.iter().map(|r| tx(r.1)).filter(|v| v.is_finite()).fold(f64::MAX, f64::min).min(0.0)
+        rows.iter()
+            .map(|r| tx(r.1))
+            .filter(|v| v.is_finite())
+            .fold(f64::MAX, f64::min)
+            .min(0.0)
     } else {
         0.0
     };
@@ -22,7 +30,11 @@ pub fn bar_chart(title: &str, unit: &str, rows: &[(String, f64, String)], log: b
     );
     for (i, (label, v, note)) in rows.iter().enumerate() {
         let y = top + i as f64 * row_h;
-        let len = if v.is_finite() { (tx(*v) - vmin) / span * (w - left - right) } else { 0.0 };
+        let len = if v.is_finite() {
+            (tx(*v) - vmin) / span * (w - left - right)
+        } else {
+            0.0
+        };
         s += &format!(
             "<text x='{}' y='{}' text-anchor='end'>{}</text><rect x='{left}' y='{}' width='{:.1}' height='{}' fill='#4878a8'/><text x='{:.1}' y='{}'>{:.3} {} {}</text>\n",
             left - 6.0,
@@ -47,14 +59,19 @@ pub fn bar_chart(title: &str, unit: &str, rows: &[(String, f64, String)], log: b
 }
 
 fn esc(t: &str) -> String {
-    t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    t.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn chart_has_a_bar_per_row() {
-        let rows = vec![("a".to_string(), 1.0, String::new()), ("b<".to_string(), 100.0, "x".into())];
+        let rows = vec![
+            ("a".to_string(), 1.0, String::new()),
+            ("b<".to_string(), 100.0, "x".into()),
+        ];
         let s = super::bar_chart("t", "us", &rows, true);
         assert_eq!(s.matches("<rect").count(), 3);
         assert!(s.contains("b&lt;"));
