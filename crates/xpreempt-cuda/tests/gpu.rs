@@ -12,11 +12,15 @@ use xpreempt_cuda::driver::DeviceBuffer;
 use xpreempt_cuda::{CudaQueue, CudaQueueConfig};
 
 fn env() -> Env {
+    env_on(0)
+}
+
+fn env_on(ordinal: i32) -> Env {
     assert!(
         xpreempt_cuda::driver_present(),
         "no CUDA driver: this test needs a GPU"
     );
-    Env::new(0).expect("CUDA device 0 with NVRTC")
+    Env::new(ordinal).expect("CUDA device with NVRTC")
 }
 
 fn queue(e: &Env, level: Level) -> Arc<SharedXQueue<CudaQueue>> {
@@ -46,9 +50,12 @@ fn queue(e: &Env, level: Level) -> Arc<SharedXQueue<CudaQueue>> {
 /// Random suspend/resume from another thread while `n` kernels (guarded, plain, and memsets in
 /// between) go through the queue; every block must run exactly once.
 fn exactly_once(level: Level, persistent: bool) {
-    let e = env();
+    exactly_once_on(0, level, persistent, 120);
+}
+
+fn exactly_once_on(ordinal: i32, level: Level, persistent: bool, n: u32) {
+    let e = env_on(ordinal);
     let q = queue(&e, level);
-    let n = 120u32;
     let blocks = 2 * e.wave;
     let counts = DeviceBuffer::zeroed((n * blocks) as usize * 4).expect("alloc");
     let scratch = DeviceBuffer::zeroed(4096).expect("alloc");
