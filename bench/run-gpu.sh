@@ -27,6 +27,9 @@ tests)
   XPREEMPT_BIN=$XP XPREEMPT_SHIM=$SHIM timeout 180 $C/gpu-tests --ignored --test-threads=1 --nocapture 2>&1 | tee $R/gpu-tests.txt ;;
 latency)
   timeout 200 $XP --json bench latency --trials ${TRIALS:-15} --out $R/latency.json --svg $R/latency.svg > /dev/null ;;
+smoke)
+  timeout 100 $XP bench lcbe --scenarios lc-alone,be-alone,be-alone-xp,xp-lv2-1proc --label smoke --out $R/lcbe-smoke.json
+  timeout 100 $XP bench lcbe --scenarios lc-alone,be-alone,be-alone-xp,xp-lv2-1proc --persistent --label smoke --out $R/lcbe-smoke-persistent.json ;;
 lcbe-persistent)
   S=lc-alone,be-alone,be-alone-xp,prio-1proc,xp-lv2-1proc,xp-sched-lv2-1proc
   timeout 100 $XP bench lcbe --scenarios $S --persistent --label timesliced --out $R/lcbe-persistent.json --svg $R/lcbe-persistent.svg ;;

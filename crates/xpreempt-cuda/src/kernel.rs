@@ -7,7 +7,7 @@ pub const MAX_ARGS: usize = 12;
 
 /// One kernel launch. Arguments are passed by value, each at most 8 bytes (pointers, integers,
 /// floats as their bits), in the kernel's parameter order; a 4-byte parameter reads the low half.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Kernel {
     pub func: sys::CUfunction,
     pub grid: [u32; 3],
@@ -24,6 +24,23 @@ pub struct Kernel {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GuardUnits(pub u32);
+
+/// A clone is a new launch: it does not inherit the completion slot of the original (it would
+/// otherwise count the original's finished blocks as its own).
+impl Clone for Kernel {
+    fn clone(&self) -> Self {
+        Self {
+            func: self.func,
+            grid: self.grid,
+            block: self.block,
+            shared_mem: self.shared_mem,
+            args: self.args,
+            nargs: self.nargs,
+            guard: self.guard,
+            slot: None,
+        }
+    }
+}
 
 // SAFETY: a CUfunction is a handle valid in any thread of the process.
 unsafe impl Send for Kernel {}

@@ -74,8 +74,8 @@ struct Inner {
     sync: VecDeque<(Seq, sys::CUevent)>,
     completed: Seq,
     launched: Seq,
-    /// Launched, not known complete: (seq, guarded).
-    flight: VecDeque<(Seq, bool)>,
+    /// Launched, not known complete: (seq, completion slot of a guarded kernel).
+    flight: VecDeque<(Seq, Option<u32>)>,
     stop: Stop,
     stop_event: sys::CUevent,
     /// Recorded on the control stream after the flag is cleared; the queue stream waits on it.
@@ -263,7 +263,8 @@ impl CudaQueue {
         }
     }
 
-    fn launch_kernel(&self, g: &mut Inner, k: &mut Kernel) -> Result<()> {
+    /// Launches; returns the completion slot of a guarded kernel.
+    fn launch_kernel(&self, g: &mut Inner, k: &mut Kernel) -> Result<Option<u32>> {
         let mut guard_vals: [u64; 3] = [0; 3];
         if let Some(units) = k.guard {
             if units.0 > self.cfg.max_units {
@@ -276,6 +277,14 @@ impl CudaQueue {
                 Some(se) => se,
                 None => {
                     let slot = g.next_slot;
+                    // A slot still held by an unfinished (or stopped) kernel must not be reused:
+                    // its relaunch would take the new epoch's marks for its own.
+                    if g.flight.iter().any(|&(_, s)| s == Some(slot)) {
+                        return Err(CudaError::Other(format!(
+                            "all {} completion slots are in use; give the queue more slots than its threshold",
+                            self.cfg.slots
+                        )));
+                    }
                     g.next_slot = (g.next_slot + 1) % self.cfg.slots;
                     g.epoch = g.epoch.wrapping_add(1).max(1);
                     k.slot = Some((slot, g.epoch));
@@ -309,37 +318,40 @@ impl CudaQueue {
             g.stream,
             ptrs.as_mut_ptr(),
             std::ptr::null_mut()
-        ))
+        ))?;
+        Ok(k.slot.filter(|_| k.guard.is_some()).map(|(slot, _)| slot))
     }
 
-    fn launch_op(&self, g: &mut Inner, cmd: &mut Command<Kernel>) -> Result<bool> {
+    /// Launches one command; returns the completion slot of a guarded kernel.
+    fn launch_op(&self, g: &mut Inner, cmd: &mut Command<Kernel>) -> Result<Option<u32>> {
         match &mut cmd.op {
-            Op::Kernel(k) => {
-                self.launch_kernel(g, k)?;
-                Ok(k.guard.is_some())
-            }
+            Op::Kernel(k) => self.launch_kernel(g, k),
             Op::Memcpy {
                 dst, src, bytes, ..
             } => {
                 cu!(cuMemcpyAsync(*dst, *src, *bytes as usize, g.stream))?;
-                Ok(false)
+                Ok(None)
             }
             Op::Memset { dst, value, bytes } => {
                 cu!(cuMemsetD8Async(*dst, *value, *bytes as usize, g.stream))?;
-                Ok(false)
+                Ok(None)
             }
-            Op::Barrier => Ok(false), // a stream is in order already
+            Op::Barrier => Ok(None), // a stream is in order already
             Op::HostCallback(_) => {
                 let Op::HostCallback(f) = std::mem::replace(&mut cmd.op, Op::Barrier) else {
                     unreachable!()
                 };
                 let data = Box::into_raw(Box::new(f));
-                cu!(cuLaunchHostFunc(
+                if let Err(e) = cu!(cuLaunchHostFunc(
                     g.stream,
                     Some(host_trampoline),
                     data.cast()
-                ))?;
-                Ok(false)
+                )) {
+                    // SAFETY: the driver did not take it; reclaim the box leaked above.
+                    drop(unsafe { Box::from_raw(data) });
+                    return Err(e);
+                }
+                Ok(None)
             }
             Op::EventRecord(_) | Op::EventWait(_) => Err(CudaError::Other(
                 "cross-queue events are not supported by the CUDA backend yet".into(),
@@ -371,9 +383,9 @@ impl HwQueue for CudaQueue {
     ) -> Result<(), HalError> {
         self.bind()?;
         let mut g = self.lock();
-        let guarded = self.launch_op(&mut g, command)?;
+        let slot = self.launch_op(&mut g, command)?;
         g.launched = seq + 1;
-        g.flight.push_back((seq, guarded));
+        g.flight.push_back((seq, slot));
         if sync_point {
             Self::record(&mut g, seq + 1)?;
         }
@@ -457,8 +469,8 @@ impl HwQueue for CudaQueue {
         // Safe to flag only if no unguarded command follows a guarded one in the window.
         let mut seen_guarded = false;
         let mut safe = true;
-        for &(_, guarded) in g.flight.iter() {
-            if guarded {
+        for &(_, slot) in g.flight.iter() {
+            if slot.is_some() {
                 seen_guarded = true;
             } else if seen_guarded {
                 safe = false;
@@ -523,11 +535,11 @@ impl HwQueue for CudaQueue {
                     g.stop = Stop::Flagged;
                     return Err(e.into());
                 }
-                g.flight.push_back((entry.seq, true));
+                g.flight.push_back((entry.seq, k.slot.map(|(s, _)| s)));
                 Self::record(&mut g, entry.seq + 1)?;
             } else {
                 // Unguarded commands before the first guarded kernel ran to completion.
-                g.flight.push_back((entry.seq, false));
+                g.flight.push_back((entry.seq, None));
             }
         }
         if let Some(last) = log.last() {

@@ -123,7 +123,7 @@ fn exactly_once_on(ordinal: i32, level: Level, persistent: bool, n: u32) {
     assert!(cycles > 0, "the test must have suspended at least once");
     let st = q.stats();
     eprintln!(
-        "{level}: {cycles} suspend/resume cycles, stats {:?}",
+        "device {ordinal} {level}: {cycles} suspend/resume cycles, stats {:?}",
         (st.preemptions, st.hal_errors)
     );
 }
@@ -284,4 +284,24 @@ fn order_kept_across_stream_priority_changes() {
         bad.is_empty(),
         "commands ran out of order (index, position): {bad:?}"
     );
+}
+
+/// One backend instance per GPU, all at once: every device runs the exactly-once check in its own
+/// thread (on a one-GPU machine this is the single-device case).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_device_has_its_own_backend() {
+    assert!(
+        xpreempt_cuda::driver_present(),
+        "no CUDA driver: this test needs a GPU"
+    );
+    let n = xpreempt_cuda::driver::device_count().expect("device count");
+    assert!(n >= 1, "no CUDA device");
+    let threads: Vec<_> = (0..n)
+        .map(|d| std::thread::spawn(move || exactly_once_on(d, Level::Lv2, false, 60)))
+        .collect();
+    for t in threads {
+        t.join().expect("a device's check failed");
+    }
+    eprintln!("{n} device(s) checked side by side");
 }
