@@ -40,7 +40,6 @@ pub(crate) struct Unmap {
     pub since: Nanos,
     /// Wave slots that stay busy until the save or kill finishes, per CU.
     pub hold: Vec<(u32, u32)>,
-    pub read_id: u64,
 }
 
 /// What `checkpoint_mqd` keeps: the MQD's view of the ring, to check on restore that nothing
@@ -168,7 +167,6 @@ impl Gpu {
             after,
             since: now,
             hold: hold.into_iter().collect(),
-            read_id: q.ring.read_id(),
         });
         let generation = q.generation;
         let running = q.running;
@@ -239,9 +237,8 @@ impl Gpu {
         let Some(u) = q.unmap.take() else {
             return;
         };
-        if q.ring.read_id() != u.read_id {
-            self.stats.ring_moved_while_preempted += 1;
-        }
+        // From here until it is mapped again nothing may move the queue's read id.
+        q.off_read_id = Some(q.ring.read_id());
         q.generation = q.generation.wrapping_add(1);
         let slot = q.slot.take();
         q.state = match u.after {

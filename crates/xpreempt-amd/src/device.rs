@@ -117,6 +117,7 @@ pub struct Hq {
     pub(crate) completed: u64,
     /// What the running map is, for the transition log: "map" or "resume".
     pub(crate) map_kind: &'static str,
+    pub(crate) off_read_id: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -257,6 +258,10 @@ impl Gpu {
         self.signals.len() as u64
     }
 
+    pub fn signal_count(&self) -> u64 {
+        self.signals.len() as u64
+    }
+
     pub fn signal_value(&self, handle: u64) -> Option<i64> {
         let i = handle.checked_sub(1)?;
         self.signals.get(i as usize).copied()
@@ -371,6 +376,7 @@ impl Gpu {
             restore_ns: 0,
             completed: 0,
             map_kind: "map",
+            off_read_id: None,
         }
     }
 

@@ -64,6 +64,9 @@ impl Gpu {
         }
         q.state = MqdState::Mapped;
         q.mapped_since = now;
+        if q.off_read_id.take().is_some_and(|r| r != q.ring.read_id()) {
+            self.stats.ring_moved_while_preempted += 1;
+        }
         let (kind, since) = (q.map_kind, q.map_since);
         q.map_kind = "map";
         self.record(QueueId(queue), kind, since);

@@ -15,8 +15,13 @@ pub mod device;
 pub mod error;
 pub mod hws;
 pub mod kfd;
+pub mod report;
 pub mod rng;
 pub mod ring;
+pub mod runner;
+pub mod scenario;
+pub mod scheme_a;
+pub mod scheme_b;
 pub mod sim;
 pub mod trace;
 

@@ -3,6 +3,7 @@
 
 mod demo;
 mod output;
+mod sim;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ enum Command {
     Version,
     /// A small scheduling demo on the reference backend (virtual clock, no GPU).
     Demo(demo::Args),
+    /// Run a scenario on the AMD queue-hardware model under none, lv1, scheme-a, lv2 and lv3.
+    Sim(sim::Args),
 }
 
 fn main() -> Result<()> {
@@ -38,5 +41,6 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Version => output::version(&out),
         Command::Demo(args) => demo::run(&out, &args),
+        Command::Sim(args) => sim::run(&out, &args),
     }
 }
