@@ -410,6 +410,7 @@ impl Gpu {
 
     pub fn ring_doorbell(&mut self, queue: QueueId, value: u64) -> Result<(), ModelError> {
         self.q_mut(queue)?.ring.ring_doorbell(value);
+        self.arm_quantum();
         let at = self.now + us(self.cfg.doorbell_us);
         self.events.push(
             at,

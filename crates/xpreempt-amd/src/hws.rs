@@ -15,12 +15,17 @@ impl Gpu {
     pub(crate) fn schedule_runlist(&mut self) {
         let now = self.now;
         let mut batch = 0;
-        while let Some(&qi) = self.waiting.front() {
+        // Queues with work go first; an idle queue does not need its HQD yet.
+        let (mut order, idle): (Vec<u32>, Vec<u32>) =
+            self.waiting.iter().partition(|&&qi| self.has_work(qi as usize));
+        order.extend(idle);
+        let mut mapped = Vec::new();
+        for qi in order {
             let process = self.queues[qi as usize].process;
             let Ok(slot) = self.cpsch.allocate(process) else {
                 break;
             };
-            self.waiting.pop_front();
+            mapped.push(qi);
             let runlist = us(self.cfg.runlist_us);
             let q = &mut self.queues[qi as usize];
             // A CWSR restore reloads saved waves directly; a plain map goes through the runlist.
@@ -44,14 +49,26 @@ impl Gpu {
             );
             batch += 1;
         }
+        self.waiting.retain(|q| !mapped.contains(q));
         if batch > 0 {
             self.stats.runlists += 1;
             self.stats.maps += batch;
             self.sample_occupancy();
         }
-        if !self.waiting.is_empty() && !self.quantum_armed {
+        self.arm_quantum();
+    }
+
+    /// Work in the ring or saved waves: what makes a queue worth an HQD.
+    pub(crate) fn has_work(&self, qi: usize) -> bool {
+        let q = &self.queues[qi];
+        q.ring.pending() > 0 || !q.saved.is_empty() || q.running > 0
+    }
+
+    /// The HWS only rotates while a queue with work is waiting for an HQD.
+    pub(crate) fn arm_quantum(&mut self) {
+        if !self.quantum_armed && self.waiting.iter().any(|&w| self.has_work(w as usize)) {
             self.quantum_armed = true;
-            self.events.push(now + us(self.cfg.quantum_us), Ev::Quantum);
+            self.events.push(self.now + us(self.cfg.quantum_us), Ev::Quantum);
         }
     }
 
@@ -85,31 +102,33 @@ impl Gpu {
         }
     }
 
-    /// Oversubscription: the queues mapped longest make room for as many waiting ones.
+    /// Oversubscription: idle mapped queues, then those mapped longest, make room for the
+    /// waiting queues that have work.
     pub(crate) fn quantum(&mut self) {
         self.quantum_armed = false;
-        let want = self.waiting.len();
+        let want = self
+            .waiting
+            .iter()
+            .filter(|&&w| self.has_work(w as usize))
+            .count();
         if want == 0 || self.stats.hws_hung {
             return;
         }
-        let mut mapped: Vec<(u64, u32)> = self
+        let mut mapped: Vec<(bool, u64, u32)> = self
             .queues
             .iter()
             .enumerate()
             .filter(|(_, q)| q.state == MqdState::Mapped && q.pending.is_none())
-            .map(|(i, q)| (q.mapped_since, i as u32))
+            .map(|(i, q)| (self.has_work(i), q.mapped_since, i as u32))
             .collect();
         mapped.sort_unstable();
-        for &(_, qi) in mapped.iter().take(want) {
+        for &(_, _, qi) in mapped.iter().take(want) {
             if let Err(e) = self.start_unmap(QueueId(qi), DestroyMode::WavefrontSave, After::Waiting)
             {
                 tracing::warn!(error = %e, "oversubscription unmap failed");
             }
         }
-        if !self.quantum_armed {
-            self.quantum_armed = true;
-            self.events.push(self.now + us(self.cfg.quantum_us), Ev::Quantum);
-        }
+        self.arm_quantum();
     }
 
     /// MQDs that exist and HQDs they occupy, summed over XCCs.
