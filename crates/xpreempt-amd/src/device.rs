@@ -4,12 +4,11 @@
 //! Map/unmap and CWSR live in `hws.rs` and `cwsr.rs`; the KFD-style calls in `kfd.rs`. All of
 //! them are methods of [`Gpu`], which owns every piece of hardware state.
 
-use crate::aql::{AqlError, Packet};
-use crate::compute::{Compute, CuMask, RunningWg};
+use crate::aql::Packet;
+use crate::compute::{Compute, CuMask};
 use crate::config::{GpuConfig, KernelCode, us};
 use crate::cpsch::{Cpsch, HqdSlot};
 use crate::error::ModelError;
-use crate::rng;
 use crate::sim::EventQueue;
 use crate::trace::TraceBuf;
 use serde::Serialize;
@@ -19,7 +18,7 @@ use xpreempt_core::{Nanos, Priority, QueueId};
 /// Kernel objects are "addresses" in this range; anything else is not a loaded code object.
 pub(crate) const KERNEL_BASE: u64 = 0x7f00_0000_0000;
 const KERNEL_STRIDE: u64 = 0x100;
-const WAVE_SIZE: u32 = 64;
+pub(crate) const WAVE_SIZE: u32 = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -64,12 +63,12 @@ pub(crate) struct Dispatch {
     pub signal: u64,
     pub deps: [u64; 5],
     pub complete: bool,
-    done_bits: Vec<u64>,
+    pub(crate) done_bits: Vec<u64>,
     pub started: Option<Nanos>,
 }
 
 impl Dispatch {
-    fn has_undispatched(&self) -> bool {
+    pub(crate) fn has_undispatched(&self) -> bool {
         self.next < self.total || !self.redo.is_empty()
     }
 }
@@ -166,9 +165,9 @@ pub struct Gpu {
     pub(crate) queues: Vec<Hq>,
     pub(crate) cpsch: Cpsch,
     pub(crate) compute: Compute,
-    kernels: Vec<KernelCode>,
-    signals: Vec<i64>,
-    rr: usize,
+    pub(crate) kernels: Vec<KernelCode>,
+    pub(crate) signals: Vec<i64>,
+    pub(crate) rr: usize,
     touched: Vec<QueueId>,
     touched_flag: Vec<bool>,
     pub(crate) stats: GpuStats,
@@ -246,7 +245,7 @@ impl Gpu {
         self.kernels.get(index as usize)
     }
 
-    fn kernel_index(&self, object: u64) -> Option<u32> {
+    pub(crate) fn kernel_index(&self, object: u64) -> Option<u32> {
         let off = object.checked_sub(KERNEL_BASE)?;
         let i = off / KERNEL_STRIDE;
         (off % KERNEL_STRIDE == 0 && (i as usize) < self.kernels.len()).then_some(i as u32)
@@ -313,8 +312,7 @@ impl Gpu {
     /// No map, unmap or restore of this queue is under way.
     pub fn settled(&self, queue: QueueId) -> bool {
         self.q(queue).is_ok_and(|q| {
-            q.pending.is_none()
-                && matches!(q.state, MqdState::Mapped | MqdState::Preempted)
+            q.pending.is_none() && matches!(q.state, MqdState::Mapped | MqdState::Preempted)
         })
     }
 
@@ -399,7 +397,10 @@ impl Gpu {
     /// Puts arbitrary bytes in the next slot and rings the doorbell (a buggy or hostile producer).
     pub fn submit_raw(&mut self, queue: QueueId, bytes: &[u8; 64]) -> Result<u64, ModelError> {
         let q = self.q_mut(queue)?;
-        let id = q.ring.write_raw(bytes).map_err(|e| ModelError::Ring(queue, e))?;
+        let id = q
+            .ring
+            .write_raw(bytes)
+            .map_err(|e| ModelError::Ring(queue, e))?;
         self.ring_doorbell(queue, id)?;
         Ok(id)
     }
@@ -450,306 +451,5 @@ impl Gpu {
             Ev::Quantum => self.quantum(),
         }
         self.pump();
-    }
-
-    // ---- the packet processor ----
-
-    /// Dispatches workgroups until nothing more fits, taking one workgroup from each queue in
-    /// turn: every queue has the same hardware priority.
-    pub(crate) fn pump(&mut self) {
-        let n = self.queues.len();
-        for q in 0..n {
-            self.fetch(q);
-        }
-        while self.compute.free_total() > 0 {
-            let mut progressed = false;
-            for k in 0..n {
-                let qi = (self.rr + k) % n;
-                if self.dispatch_one(qi) {
-                    self.rr = (qi + 1) % n;
-                    progressed = true;
-                    break;
-                }
-            }
-            if !progressed {
-                break;
-            }
-        }
-    }
-
-    fn dispatchable(&self, qi: usize) -> bool {
-        let q = &self.queues[qi];
-        q.state == MqdState::Mapped && q.error.is_none()
-    }
-
-    /// Moves published, doorbelled packets into the dispatch stage, in order.
-    fn fetch(&mut self, qi: usize) {
-        if !self.dispatchable(qi) {
-            return;
-        }
-        loop {
-            self.settle_barriers(qi);
-            let q = &self.queues[qi];
-            let id = q.fetch;
-            if id >= q.visible || !q.ring.is_published(id) {
-                return;
-            }
-            // One kernel's workgroups go out before the next kernel starts.
-            if q.active.back().is_some_and(|d| d.has_undispatched()) {
-                return;
-            }
-            let Some(bytes) = q.ring.bytes_at(id) else {
-                return;
-            };
-            // Barrier bit: wait for every earlier packet to complete before decoding further.
-            let barrier_bit = bytes[1] & 1 != 0;
-            if barrier_bit && q.active.iter().any(|d| !d.complete) {
-                return;
-            }
-            let decoded = Packet::decode(bytes);
-            match decoded.and_then(|p| self.to_dispatch(qi, id, p)) {
-                Ok(d) => {
-                    let q = &mut self.queues[qi];
-                    q.active.push_back(d);
-                    q.fetch += 1;
-                }
-                Err(source) => {
-                    let queue = QueueId(qi as u32);
-                    let err = ModelError::Aql {
-                        queue,
-                        dispatch: id,
-                        source,
-                    };
-                    tracing::warn!(%queue, error = %err, "queue enters the error state");
-                    self.stats.malformed_packets += 1;
-                    self.queues[qi].error = Some(err);
-                    self.touch(qi as u32);
-                    return;
-                }
-            }
-        }
-    }
-
-    fn to_dispatch(&self, qi: usize, id: u64, p: Packet) -> Result<Dispatch, AqlError> {
-        let check_signal = |h: u64| {
-            if h != 0 && self.signal_value(h).is_none() {
-                Err(AqlError::UnknownSignal(h))
-            } else {
-                Ok(())
-            }
-        };
-        check_signal(p.completion_signal())?;
-        let mut d = Dispatch {
-            id,
-            kernel: None,
-            total: 0,
-            waves: 0,
-            next: 0,
-            redo: Vec::new(),
-            done: 0,
-            running: 0,
-            signal: p.completion_signal(),
-            deps: [0; 5],
-            complete: false,
-            done_bits: Vec::new(),
-            started: None,
-        };
-        match p {
-            Packet::Dispatch(k) => {
-                let kernel = self
-                    .kernel_index(k.kernel_object)
-                    .ok_or(AqlError::UnknownKernelObject(k.kernel_object))?;
-                let total = u32::try_from(k.workgroups()).map_err(|_| AqlError::Geometry {
-                    dim: 0,
-                    workgroup: k.workgroup_size[0],
-                    grid: k.grid_size[0],
-                })?;
-                let waves = k.threads_per_workgroup().div_ceil(WAVE_SIZE).max(1);
-                if waves > self.compute.waves_per_cu() {
-                    // A workgroup that can never be placed would hang the queue; reject it.
-                    return Err(AqlError::Geometry {
-                        dim: 0,
-                        workgroup: k.workgroup_size[0],
-                        grid: k.grid_size[0],
-                    });
-                }
-                let _ = qi;
-                d.kernel = Some(kernel);
-                d.total = total;
-                d.waves = waves;
-                d.done_bits = vec![0; total.div_ceil(64) as usize];
-            }
-            Packet::Barrier(b) => {
-                for &s in &b.dep_signals {
-                    check_signal(s)?;
-                }
-                d.deps = b.dep_signals;
-            }
-        }
-        Ok(d)
-    }
-
-    /// A barrier-AND packet completes once everything before it has and its signals are zero.
-    fn settle_barriers(&mut self, qi: usize) {
-        loop {
-            let q = &self.queues[qi];
-            let Some(pos) = q.active.iter().position(|d| !d.complete) else {
-                return;
-            };
-            let d = &q.active[pos];
-            let ready = d.kernel.is_none()
-                && d
-                    .deps
-                    .iter()
-                    .all(|&s| s == 0 || self.signal_value(s).is_some_and(|v| v <= 0));
-            if !ready {
-                return;
-            }
-            self.complete_dispatch(qi, pos);
-        }
-    }
-
-    /// Starts one workgroup of queue `qi` if it has one and a CU has room.
-    fn dispatch_one(&mut self, qi: usize) -> bool {
-        if !self.dispatchable(qi) {
-            return false;
-        }
-        let q = &self.queues[qi];
-        // Saved waves go back first, then killed workgroups, then new ones.
-        let (pos, wg, waves, remaining) = if let Some(s) = q.saved.last() {
-            let Some(pos) = q.active.iter().position(|d| d.id == s.dispatch) else {
-                return false;
-            };
-            (pos, s.wg, s.waves, Some(s.remaining))
-        } else {
-            let Some(pos) = q.active.iter().position(|d| d.has_undispatched()) else {
-                return false;
-            };
-            let d = &q.active[pos];
-            let wg = d.redo.last().copied().unwrap_or(d.next);
-            (pos, wg, d.waves, None)
-        };
-        let mask = q.cu_mask.as_ref();
-        let Some(cu) = self.compute.find_cu(waves, mask) else {
-            return false;
-        };
-        let now = self.now;
-        let seed = self.cfg.seed;
-        let q = &mut self.queues[qi];
-        if remaining.is_some() {
-            q.saved.pop();
-            self.stats.wgs_restored += 1;
-        }
-        let d = &mut q.active[pos];
-        if remaining.is_none() {
-            if d.redo.last() == Some(&wg) {
-                d.redo.pop();
-            } else {
-                d.next += 1;
-            }
-        }
-        let (mean, jitter) = d
-            .kernel
-            .and_then(|k| self.kernels.get(k as usize))
-            .map_or((1, 0.0), |k| (k.wg_ns, k.jitter));
-        let dur = remaining.unwrap_or_else(|| {
-            let u = rng::unit(seed, qi as u64, d.id, u64::from(wg));
-            let f = 1.0 + jitter * (2.0 * u - 1.0);
-            ((mean as f64 * f).round() as Nanos).max(1)
-        });
-        d.running += 1;
-        d.started.get_or_insert(now);
-        q.running += 1;
-        let dispatch = d.id;
-        let slot = self.compute.start(RunningWg {
-            queue: qi as u32,
-            dispatch,
-            wg,
-            cu,
-            waves,
-            start: now,
-            end: now + dur,
-            generation: 0,
-            live: true,
-        });
-        let generation = self.compute.get(slot).map_or(0, |w| w.generation);
-        self.events.push(now + dur, Ev::WgDone { slot, generation });
-        self.stats.wgs_dispatched += 1;
-        if let Some(t) = self.trace.as_mut() {
-            t.wg_start(self.compute.group_of(cu), qi as u32, now);
-        }
-        true
-    }
-
-    fn wg_done(&mut self, slot: u32, generation: u32) {
-        if self
-            .compute
-            .get(slot)
-            .is_none_or(|w| !w.live || w.generation != generation)
-        {
-            return;
-        }
-        let Some(wg) = self.compute.end(slot, true) else {
-            return;
-        };
-        let now = self.now;
-        if let Some(t) = self.trace.as_mut() {
-            t.wg_end(self.compute.group_of(wg.cu), wg.queue, now);
-        }
-        let qi = wg.queue as usize;
-        let q = &mut self.queues[qi];
-        q.running -= 1;
-        let Some(front) = q.active.front().map(|d| d.id) else {
-            return;
-        };
-        let pos = (wg.dispatch - front) as usize;
-        let Some(d) = q.active.get_mut(pos) else {
-            return;
-        };
-        d.running -= 1;
-        let (word, bit) = ((wg.wg / 64) as usize, wg.wg % 64);
-        if d.done_bits[word] & (1 << bit) != 0 {
-            self.stats.exactly_once_violations += 1;
-        } else {
-            d.done_bits[word] |= 1 << bit;
-            d.done += 1;
-        }
-        self.stats.wgs_completed += 1;
-        if d.done == d.total && d.running == 0 {
-            self.complete_dispatch(qi, pos);
-        }
-        self.drain_progress(qi);
-    }
-
-    /// Decrements the completion signal and retires completed packets at the read id.
-    pub(crate) fn complete_dispatch(&mut self, qi: usize, pos: usize) {
-        let now = self.now;
-        let q = &mut self.queues[qi];
-        let d = &mut q.active[pos];
-        if d.complete {
-            self.stats.exactly_once_violations += 1;
-            return;
-        }
-        d.complete = true;
-        let (signal, kernel, started, id) = (d.signal, d.kernel, d.started, d.id);
-        self.stats.dispatches_completed += 1;
-        while q.active.front().is_some_and(|d| d.complete) {
-            q.active.pop_front();
-            q.ring.retire();
-            q.completed += 1;
-        }
-        if signal != 0 {
-            if let Some(v) = self.signals.get_mut(signal as usize - 1) {
-                *v -= 1;
-                if *v < 0 {
-                    self.stats.exactly_once_violations += 1;
-                }
-            }
-        }
-        if let (Some(t), Some(k)) = (self.trace.as_mut(), kernel) {
-            let name = &self.kernels[k as usize].name;
-            t.kernel(qi as u32, name, started.unwrap_or(now), now, id);
-        }
-        self.touch(qi as u32);
     }
 }

@@ -16,8 +16,10 @@ impl Gpu {
         let now = self.now;
         let mut batch = 0;
         // Queues with work go first; an idle queue does not need its HQD yet.
-        let (mut order, idle): (Vec<u32>, Vec<u32>) =
-            self.waiting.iter().partition(|&&qi| self.has_work(qi as usize));
+        let (mut order, idle): (Vec<u32>, Vec<u32>) = self
+            .waiting
+            .iter()
+            .partition(|&&qi| self.has_work(qi as usize));
         order.extend(idle);
         let mut mapped = Vec::new();
         for qi in order {
@@ -68,7 +70,8 @@ impl Gpu {
     pub(crate) fn arm_quantum(&mut self) {
         if !self.quantum_armed && self.waiting.iter().any(|&w| self.has_work(w as usize)) {
             self.quantum_armed = true;
-            self.events.push(self.now + us(self.cfg.quantum_us), Ev::Quantum);
+            self.events
+                .push(self.now + us(self.cfg.quantum_us), Ev::Quantum);
         }
     }
 
@@ -123,7 +126,8 @@ impl Gpu {
             .collect();
         mapped.sort_unstable();
         for &(_, _, qi) in mapped.iter().take(want) {
-            if let Err(e) = self.start_unmap(QueueId(qi), DestroyMode::WavefrontSave, After::Waiting)
+            if let Err(e) =
+                self.start_unmap(QueueId(qi), DestroyMode::WavefrontSave, After::Waiting)
             {
                 tracing::warn!(error = %e, "oversubscription unmap failed");
             }
@@ -145,7 +149,11 @@ impl Gpu {
 
     pub(crate) fn sample_occupancy(&mut self) {
         let (m, h) = self.mqd_hqd_counts();
-        if self.occupancy.last().is_none_or(|&(_, lm, lh)| (lm, lh) != (m, h)) {
+        if self
+            .occupancy
+            .last()
+            .is_none_or(|&(_, lm, lh)| (lm, lh) != (m, h))
+        {
             self.occupancy.push((self.now, m, h));
         }
     }

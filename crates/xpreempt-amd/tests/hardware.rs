@@ -35,7 +35,10 @@ fn the_33rd_queue_on_a_full_mec_gets_ebusy() {
     let err = g
         .create_queue(Caller::process(1), xpreempt_amd::QueueProps::new("q32", 0))
         .unwrap_err();
-    assert_eq!(err, ModelError::Cpsch(CpschError::Busy { mec: 0, slots: 32 }));
+    assert_eq!(
+        err,
+        ModelError::Cpsch(CpschError::Busy { mec: 0, slots: 32 })
+    );
     assert!(err.to_string().starts_with("EBUSY"), "{err}");
     assert_eq!(g.mqd_hqd_counts(), (32, 32));
 }
@@ -47,13 +50,21 @@ fn oversubscribed_queues_take_turns_and_all_finish() {
         ..small()
     });
     let k = kernel(&mut g, "k", 50, false);
-    let qs: Vec<_> = (0..40).map(|i| queue(&mut g, 1, &format!("q{i}"), 0)).collect();
+    let qs: Vec<_> = (0..40)
+        .map(|i| queue(&mut g, 1, &format!("q{i}"), 0))
+        .collect();
     assert_eq!(g.mqd_hqd_counts(), (40, 32));
     assert_eq!(g.state(qs[39]).unwrap(), MqdState::Waiting);
-    let signals: Vec<u64> = qs.iter().flat_map(|&q| submit(&mut g, q, k, 3, 4)).collect();
+    let signals: Vec<u64> = qs
+        .iter()
+        .flat_map(|&q| submit(&mut g, q, k, 3, 4))
+        .collect();
     run_out(&mut g);
     assert!(signals.iter().all(|&s| g.signal_value(s) == Some(0)));
-    assert!(g.stats().runlists > 1, "waiting queues were mapped by later runlists");
+    assert!(
+        g.stats().runlists > 1,
+        "waiting queues were mapped by later runlists"
+    );
     assert_eq!(g.stats().exactly_once_violations, 0);
     assert!(qs.iter().all(|&q| g.ring_ids(q).unwrap() == (3, 3)));
 }
@@ -74,7 +85,10 @@ fn an_unmap_past_its_timeout_marks_the_hws_hung() {
     assert!(!g.stats().hws_hung, "still within the fence timeout");
     advance(&mut g, 600_000);
     assert!(g.stats().hws_hung);
-    assert!(matches!(g.queue_error(q), Some(ModelError::HwsHung { timeout_us: 1000 })));
+    assert!(matches!(
+        g.queue_error(q),
+        Some(ModelError::HwsHung { timeout_us: 1000 })
+    ));
     let other = g.preempt_queue(Caller::kernel(), q, DestroyMode::WavefrontSave);
     assert!(matches!(other, Err(ModelError::HwsHung { .. })));
 }
@@ -113,7 +127,10 @@ fn with_four_xccs_n_mapped_mqds_occupy_4n_hqds() {
     let q = xpreempt_core::QueueId(5);
     let phys = g.physical_hqds(q).unwrap();
     let s: HqdSlot = g.hqd_slot(q).unwrap().unwrap();
-    assert_eq!(phys, (0..4).map(|x| (x, s.pipe, s.queue)).collect::<Vec<_>>());
+    assert_eq!(
+        phys,
+        (0..4).map(|x| (x, s.pipe, s.queue)).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -126,10 +143,17 @@ fn reset_refuses_non_idempotent_kernels_and_redoes_idempotent_ones() {
     let sa = submit(&mut g, a, plain, 2, 8);
     let sb = submit(&mut g, b, pure, 2, 8);
     advance(&mut g, 50_000);
-    let err = g.preempt_queue(Caller::process(1), a, DestroyMode::Reset).unwrap_err();
+    let err = g
+        .preempt_queue(Caller::process(1), a, DestroyMode::Reset)
+        .unwrap_err();
     assert!(matches!(err, ModelError::NonIdempotent { ref kernel, .. } if kernel == "plain"));
-    assert_eq!(g.state(a).unwrap(), MqdState::Mapped, "a refused reset changes nothing");
-    g.preempt_queue(Caller::process(1), b, DestroyMode::Reset).unwrap();
+    assert_eq!(
+        g.state(a).unwrap(),
+        MqdState::Mapped,
+        "a refused reset changes nothing"
+    );
+    g.preempt_queue(Caller::process(1), b, DestroyMode::Reset)
+        .unwrap();
     advance(&mut g, 10_000);
     assert_eq!(g.state(b).unwrap(), MqdState::Preempted);
     assert!(g.stats().wgs_redone > 0);
@@ -149,13 +173,18 @@ fn cwsr_leaves_the_ring_alone_and_resumes_where_it_stopped() {
     advance(&mut g, 250_000);
     let before = g.ring_ids(q).unwrap();
     assert!(before.0 > 0 && before.0 < 6);
-    g.preempt_queue(Caller::process(1), q, DestroyMode::WavefrontSave).unwrap();
+    g.preempt_queue(Caller::process(1), q, DestroyMode::WavefrontSave)
+        .unwrap();
     assert!(!g.settled(q));
     advance(&mut g, 10_000);
     assert!(g.settled(q));
     assert_eq!(g.running_workgroups(q).unwrap(), 0);
     advance(&mut g, 1_000_000);
-    assert_eq!(g.ring_ids(q).unwrap(), before, "rptr and wptr untouched while preempted");
+    assert_eq!(
+        g.ring_ids(q).unwrap(),
+        before,
+        "rptr and wptr untouched while preempted"
+    );
     let saved = g.stats().wgs_saved;
     assert!(saved > 0);
     g.resume_queue(Caller::process(1), q).unwrap();
@@ -163,7 +192,11 @@ fn cwsr_leaves_the_ring_alone_and_resumes_where_it_stopped() {
     assert_eq!(g.ring_ids(q).unwrap(), (6, 6));
     assert!(signals.iter().all(|&s| g.signal_value(s) == Some(0)));
     assert_eq!(g.stats().wgs_restored, saved);
-    assert_eq!(g.stats().wgs_completed, 6 * 16, "nothing resubmitted, nothing run twice");
+    assert_eq!(
+        g.stats().wgs_completed,
+        6 * 16,
+        "nothing resubmitted, nothing run twice"
+    );
 }
 
 #[test]
@@ -174,9 +207,17 @@ fn only_the_owner_or_a_privileged_caller_may_preempt() {
     let err = g
         .preempt_queue(Caller::process(8), q, DestroyMode::WavefrontSave)
         .unwrap_err();
-    assert!(matches!(err, ModelError::PermissionDenied { caller: 8, owner: 7, .. }));
+    assert!(matches!(
+        err,
+        ModelError::PermissionDenied {
+            caller: 8,
+            owner: 7,
+            ..
+        }
+    ));
     assert!(g.resume_queue(Caller::process(8), q).is_err());
-    g.preempt_queue(Caller::kernel(), q, DestroyMode::WavefrontSave).unwrap();
+    g.preempt_queue(Caller::kernel(), q, DestroyMode::WavefrontSave)
+        .unwrap();
     advance(&mut g, 20_000);
     g.resume_queue(Caller::process(7), q).unwrap();
     advance(&mut g, 20_000);
@@ -189,18 +230,26 @@ fn malformed_aql_puts_the_queue_in_an_error_state() {
     let k = kernel(&mut g, "k", 10, false);
     let q = queue(&mut g, 1, "q", 0);
     let good = submit(&mut g, q, k, 1, 4);
-    let mut bytes = xpreempt_amd::aql::Packet::Dispatch(
-        xpreempt_amd::aql::KernelDispatch::linear(k, 4, 256, 0),
-    )
+    let mut bytes = xpreempt_amd::aql::Packet::Dispatch(xpreempt_amd::aql::KernelDispatch::linear(
+        k, 4, 256, 0,
+    ))
     .encode();
     bytes[1] |= 0x80; // reserved header bit 15
     g.submit_raw(q, &bytes).unwrap();
     run_out(&mut g);
-    assert_eq!(g.signal_value(good[0]), Some(0), "the packet before it still ran");
+    assert_eq!(
+        g.signal_value(good[0]),
+        Some(0),
+        "the packet before it still ran"
+    );
     let err = g.queue_error(q).expect("queue in error state");
     assert!(err.to_string().contains("reserved header bits"), "{err}");
     assert_eq!(g.stats().malformed_packets, 1);
-    assert_eq!(g.ring_ids(q).unwrap(), (1, 2), "the bad packet is not consumed");
+    assert_eq!(
+        g.ring_ids(q).unwrap(),
+        (1, 2),
+        "the bad packet is not consumed"
+    );
 
     // An unknown kernel object is rejected the same way.
     let mut g2 = gpu(small());
@@ -215,7 +264,10 @@ fn malformed_aql_puts_the_queue_in_an_error_state() {
     run_out(&mut g2);
     assert!(matches!(
         g2.queue_error(q2),
-        Some(ModelError::Aql { source: xpreempt_amd::aql::AqlError::UnknownKernelObject(_), .. })
+        Some(ModelError::Aql {
+            source: xpreempt_amd::aql::AqlError::UnknownKernelObject(_),
+            ..
+        })
     ));
 }
 

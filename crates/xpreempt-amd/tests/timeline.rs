@@ -27,7 +27,10 @@ fn mode(name: &str) -> &'static ModeReport {
 }
 
 fn task<'a>(m: &'a ModeReport, name: &str) -> &'a TaskReport {
-    m.tasks.iter().find(|t| t.name == name).expect("task present")
+    m.tasks
+        .iter()
+        .find(|t| t.name == name)
+        .expect("task present")
 }
 
 #[test]
@@ -66,13 +69,21 @@ fn lv3_gives_standalone_latency_plus_the_cwsr_cost_and_a_ratio_above_3() {
 fn scheme_a_detects_within_one_check_interval() {
     let a = mode("scheme-a");
     let infer = task(a, "infer");
-    let delay = infer.detection_delay_us.expect("the monitor preempted for inference");
-    let interval = Scenario::default_scenario().unwrap().scheme_a.check_interval_us;
+    let delay = infer
+        .detection_delay_us
+        .expect("the monitor preempted for inference");
+    let interval = Scenario::default_scenario()
+        .unwrap()
+        .scheme_a
+        .check_interval_us;
     assert!(delay > 0.0 && delay <= interval, "delay {delay} µs");
     let cost = a.preempt_latency_us.p99.expect("a preemption happened");
     // Before detection inference shares the GPU, so it loses at most the detection delay.
     let extra = infer.latency_us - infer.standalone_us;
-    assert!(extra > 0.0 && extra <= delay + cost + 50.0, "extra {extra}, delay {delay}");
+    assert!(
+        extra > 0.0 && extra <= delay + cost + 50.0,
+        "extra {extra}, delay {delay}"
+    );
     assert!(a.latency_ratio > 3.0, "ratio {}", a.latency_ratio);
     assert_eq!((a.preemptions, a.resumes), (1, 1));
 }
@@ -103,7 +114,9 @@ fn same_scenario_same_bytes() {
     let mut other = s.clone();
     other.seed += 1;
     other.gpu.seed += 1;
-    let c = simulate(&other, &[Mode::None], &SimOptions::default()).unwrap().0;
+    let c = simulate(&other, &[Mode::None], &SimOptions::default())
+        .unwrap()
+        .0;
     assert_ne!(c.modes[0], default_report().modes[0], "the seed matters");
 }
 
@@ -152,6 +165,9 @@ fn traces_have_queue_and_cu_group_tracks_with_markers() {
     assert!(names.contains(&"CU group 7".to_string()));
     assert!(ev.iter().any(|e| e["ph"] == "i" && e["name"] == "preempt"));
     assert!(ev.iter().any(|e| e["ph"] == "i" && e["name"] == "resume"));
-    let kernels = ev.iter().filter(|e| e["ph"] == "X" && e["tid"].as_u64() < Some(1000)).count();
+    let kernels = ev
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"].as_u64() < Some(1000))
+        .count();
     assert_eq!(kernels, 150);
 }

@@ -111,9 +111,15 @@ fn bench(out: &Output, scenario: &Scenario) -> Result<()> {
     };
     out.emit(&b, || {
         let mut s = format!("benchmark: {} (one core)\n", b.scenario);
-        s += &format!("{:<9} {:>12} {:>10} {:>14}\n", "mode", "workgroups", "wall ms", "workgroups/s");
+        s += &format!(
+            "{:<9} {:>12} {:>10} {:>14}\n",
+            "mode", "workgroups", "wall ms", "workgroups/s"
+        );
         for r in &b.modes {
-            s += &format!("{:<9} {:>12} {:>10.1} {:>14.0}\n", r.mode, r.workgroups, r.wall_ms, r.workgroups_per_s);
+            s += &format!(
+                "{:<9} {:>12} {:>10.1} {:>14.0}\n",
+                r.mode, r.workgroups, r.wall_ms, r.workgroups_per_s
+            );
         }
         s += &format!("total: {:.0} workgroups/s\n", b.total_workgroups_per_s);
         s
