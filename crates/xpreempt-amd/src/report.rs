@@ -141,6 +141,27 @@ fn mode_report(run: &ModeRun, standalone: &[f64]) -> ModeReport {
     }
 }
 
+/// Scheme A's monitor statistics (the seed's checks, inversions, preemptions, resumes).
+pub fn monitor_lines(runs: &[ModeRun]) -> String {
+    let mut s = String::new();
+    for r in runs {
+        if let Some((m, resume)) = &r.monitor {
+            let p50 = (resume.count() > 0).then(|| us(resume.quantile(0.5)));
+            let _ = writeln!(
+                s,
+                "{} monitor: {} checks, {} inversions, {} preemptions, {} resumes, resume latency p50 {}",
+                r.mode,
+                m.checks,
+                m.inversions,
+                m.preemptions,
+                m.resumes,
+                p50.map_or("-".to_string(), |v| format!("{v:.1} µs"))
+            );
+        }
+    }
+    s
+}
+
 /// The human-readable table.
 pub fn table(report: &SimReport) -> String {
     let mut s = String::new();

@@ -103,6 +103,8 @@ pub struct ModeRun {
     pub stats: GpuStats,
     pub end: Nanos,
     pub trace: Option<TraceBuf>,
+    /// Scheme A's own counters, and its resume latency (ns).
+    pub monitor: Option<(crate::scheme_a::MonitorStats, Histogram)>,
 }
 
 struct Outstanding {
@@ -334,8 +336,14 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
     if let Some(m) = &monitor {
         for (task, t) in tasks.iter_mut().enumerate() {
             let q = queues[task].0;
-            for &(at, _) in arrivals.iter().filter(|a| a.1 == task) {
-                if let Some(d) = m.decisions.iter().find(|d| d.high == q && d.at >= at) {
+            let requests = arrivals.iter().filter(|a| a.1 == task).zip(&t.latencies);
+            for (&(at, _), &latency) in requests {
+                // Only a preemption made while this request was still running was made for it.
+                let made = m
+                    .decisions
+                    .iter()
+                    .find(|d| d.high == q && d.at >= at && d.at < at + latency);
+                if let Some(d) = made {
                     t.detection_delays.push(d.at - at);
                 }
             }
@@ -358,6 +366,7 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         stats: gpu.stats().clone(),
         end: gpu.now(),
         trace: gpu.take_trace(),
+        monitor: monitor.map(|m| (m.stats, m.resume_latency)),
     })
 }
 

@@ -70,7 +70,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             tracing::warn!(mode = %r.mode, "{p}");
         }
     }
-    out.emit(&rep, || report::table(&rep))
+    out.emit(&rep, || report::table(&rep) + &report::monitor_lines(&runs))
 }
 
 #[derive(Serialize)]
@@ -95,13 +95,15 @@ fn bench(out: &Output, scenario: &Scenario) -> Result<()> {
         let t0 = Instant::now();
         let r = runner::run(scenario, mode, RunOptions::default())?;
         let secs = t0.elapsed().as_secs_f64();
-        wgs += r.stats.wgs_dispatched;
+        // Completed workgroups: a CWSR-restored one is counted once, not at each dispatch.
+        let done = r.stats.wgs_completed;
+        wgs += done;
         wall += secs;
         rows.push(BenchRow {
             mode: mode.name(),
-            workgroups: r.stats.wgs_dispatched,
+            workgroups: done,
             wall_ms: (secs * 1e4).round() / 10.0,
-            workgroups_per_s: (r.stats.wgs_dispatched as f64 / secs).round(),
+            workgroups_per_s: (done as f64 / secs).round(),
         });
     }
     let b = Bench {
