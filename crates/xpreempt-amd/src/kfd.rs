@@ -124,8 +124,13 @@ impl Gpu {
     /// `destroy_queue`: waves are discarded, the HQD and MQD freed.
     pub fn destroy_queue(&mut self, caller: Caller, queue: QueueId) -> Result<(), ModelError> {
         self.owned(caller, queue, "destroy")?;
+        let now = self.now;
         for slot in self.compute.live_of(queue.0) {
-            self.compute.end(slot, true);
+            if let Some(wg) = self.compute.end(slot, true)
+                && let Some(t) = self.trace.as_mut()
+            {
+                t.wg_end(self.compute.group_of(wg.cu), queue.0, now);
+            }
         }
         let q = &mut self.queues[queue.0 as usize];
         let slot = q.slot.take();

@@ -286,3 +286,31 @@ fn cu_masks_keep_queues_on_their_cus() {
     run_out(&mut g);
     assert_eq!(g.ring_ids(q).unwrap(), (1, 1));
 }
+
+#[test]
+fn destroy_frees_the_hqd_and_update_changes_what_schedulers_see() {
+    let mut g = gpu(GpuConfig {
+        oversubscription: false,
+        ..small()
+    });
+    let k = kernel(&mut g, "k", 100, false);
+    let qs: Vec<_> = (0..32)
+        .map(|i| queue(&mut g, 1, &format!("q{i}"), 0))
+        .collect();
+    submit(&mut g, qs[3], k, 1, 8);
+    advance(&mut g, 50_000);
+    let freed = g.hqd_slot(qs[3]).unwrap().unwrap();
+    assert!(
+        g.destroy_queue(Caller::process(2), qs[3]).is_err(),
+        "not the owner"
+    );
+    g.destroy_queue(Caller::process(1), qs[3]).unwrap();
+    assert!(matches!(g.state(qs[3]), Err(ModelError::NoQueue(_))));
+    let again = queue(&mut g, 1, "again", 0);
+    assert_eq!(g.hqd_slot(again).unwrap(), Some(freed));
+    g.update_queue(Caller::process(1), again, Some(42), None)
+        .unwrap();
+    assert_eq!(g.logical_priority(again).unwrap(), 42);
+    run_out(&mut g);
+    assert_eq!(g.mqd_hqd_counts(), (32, 32));
+}

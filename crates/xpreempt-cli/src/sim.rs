@@ -44,6 +44,14 @@ fn load(args: &Args) -> Result<Scenario> {
 }
 
 pub fn run(out: &Output, args: &Args) -> Result<()> {
+    if let Some(p) = &args.policy
+        && p.ends_with(".o")
+    {
+        anyhow::bail!(
+            "--policy {p}: eBPF policy objects are not wired into `sim` yet; use a built-in policy name ({})",
+            xpreempt_core::policy::POLICY_NAMES.join(", ")
+        );
+    }
     let scenario = load(args)?;
     if args.bench {
         return bench(out, &scenario);
