@@ -21,6 +21,9 @@ const ACQUIRE_SHIFT: u16 = 9;
 const RELEASE_SHIFT: u16 = 11;
 const RESERVED_MASK: u16 = 0b111 << 13;
 
+/// The model tracks each workgroup of a dispatch; this bounds what one packet can make it hold.
+pub const MAX_WORKGROUPS: u64 = 1 << 24;
+
 /// A signal handle of 0 means "no signal" in HSA.
 pub const NO_SIGNAL: u64 = 0;
 
@@ -289,6 +292,8 @@ pub enum AqlError {
     Geometry { dim: u8, workgroup: u16, grid: u32 },
     #[error("reserved packet fields are not zero")]
     ReservedField,
+    #[error("{0} workgroups in one dispatch: the model accepts at most {MAX_WORKGROUPS}")]
+    TooManyWorkgroups(u64),
     #[error("kernel object is null")]
     NullKernelObject,
     #[error("kernel object {0:#x} is not a loaded code object")]

@@ -115,11 +115,11 @@ impl Gpu {
                 let kernel = self
                     .kernel_index(k.kernel_object)
                     .ok_or(AqlError::UnknownKernelObject(k.kernel_object))?;
-                let total = u32::try_from(k.workgroups()).map_err(|_| AqlError::Geometry {
-                    dim: 0,
-                    workgroup: k.workgroup_size[0],
-                    grid: k.grid_size[0],
-                })?;
+                let wgs = k.workgroups();
+                if wgs > crate::aql::MAX_WORKGROUPS {
+                    return Err(AqlError::TooManyWorkgroups(wgs));
+                }
+                let total = wgs as u32;
                 let waves = k.threads_per_workgroup().div_ceil(WAVE_SIZE).max(1);
                 if waves > self.compute.waves_per_cu() {
                     // A workgroup that can never be placed would hang the queue; reject it.

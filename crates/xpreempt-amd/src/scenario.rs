@@ -193,6 +193,14 @@ impl Scenario {
             if t.kernels == 0 || t.kernel.workgroups == 0 || t.kernel.wg_threads == 0 {
                 return Err(bad("kernels, workgroups and wg_threads must be at least 1"));
             }
+            if u64::from(t.kernel.workgroups) > crate::aql::MAX_WORKGROUPS
+                || u64::from(t.kernel.workgroups) * u64::from(t.kernel.wg_threads)
+                    > u64::from(u32::MAX)
+            {
+                return Err(bad(
+                    "a kernel's grid is larger than one AQL dispatch can describe",
+                ));
+            }
             if !(t.kernel.wg_us.is_finite() && t.kernel.wg_us > 0.0) {
                 return Err(bad("wg_us must be positive"));
             }

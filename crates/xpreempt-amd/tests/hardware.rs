@@ -314,3 +314,23 @@ fn destroy_frees_the_hqd_and_update_changes_what_schedulers_see() {
     run_out(&mut g);
     assert_eq!(g.mqd_hqd_counts(), (32, 32));
 }
+
+#[test]
+fn a_grid_too_large_to_track_is_rejected_not_allocated() {
+    use xpreempt_amd::aql::{AqlError, KernelDispatch, Packet};
+    let mut g = gpu(small());
+    let k = kernel(&mut g, "k", 10, false);
+    let q = queue(&mut g, 1, "q", 0);
+    let mut d = KernelDispatch::linear(k, 1, 1, 0);
+    d.dimensions = 2;
+    d.grid_size = [65_536, 65_536, 1];
+    g.submit_packet(q, &Packet::Dispatch(d)).unwrap();
+    run_out(&mut g);
+    assert!(matches!(
+        g.queue_error(q),
+        Some(ModelError::Aql {
+            source: AqlError::TooManyWorkgroups(4_294_967_296),
+            ..
+        })
+    ));
+}
