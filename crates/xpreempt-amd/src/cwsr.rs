@@ -191,7 +191,11 @@ impl Gpu {
         );
         if let Some(t) = self.trace.as_mut() {
             let args = serde_json::json!({ "mode": mode, "waves_stopped": stopped });
-            t.marker(queue.0, "preempt", now, args);
+            let name = match after {
+                After::Preempted => "preempt",
+                After::Waiting => "hws-rotate",
+            };
+            t.marker(queue.0, name, now, args);
         }
         Ok(())
     }

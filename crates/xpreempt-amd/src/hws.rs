@@ -155,6 +155,9 @@ impl Gpu {
             .is_none_or(|&(_, lm, lh)| (lm, lh) != (m, h))
         {
             self.occupancy.push((self.now, m, h));
+            if let Some(t) = self.trace.as_mut() {
+                t.counter("MQDs / HQDs", self.now, &[("mqds", m), ("hqds", h)]);
+            }
         }
     }
 

@@ -16,6 +16,11 @@ enum Ev {
         end: Nanos,
         args: Value,
     },
+    Counter {
+        name: String,
+        at: Nanos,
+        args: Value,
+    },
     Instant {
         tid: u32,
         name: String,
@@ -76,6 +81,19 @@ impl TraceBuf {
         });
     }
 
+    /// A counter track (Perfetto draws one graph per series).
+    pub fn counter(&mut self, name: &str, at: Nanos, series: &[(&str, u32)]) {
+        let args: serde_json::Map<String, Value> = series
+            .iter()
+            .map(|&(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        self.events.push(Ev::Counter {
+            name: name.to_string(),
+            at,
+            args: Value::Object(args),
+        });
+    }
+
     pub fn wg_start(&mut self, group: u32, queue: u32, at: Nanos) {
         let i = self.slot(group, queue);
         let (n, since) = &mut self.occupancy[i];
@@ -130,6 +148,9 @@ impl TraceBuf {
                     end,
                     args,
                 } => json!({"ph":"X","pid":pid,"tid":tid,"name":name,"ts":us(*start),"dur":us(end - start),"args":args}),
+                Ev::Counter { name, at, args } => {
+                    json!({"ph":"C","pid":pid,"name":name,"ts":us(*at),"args":args})
+                }
                 Ev::Instant { tid, name, at, args } => {
                     json!({"ph":"i","s":"t","pid":pid,"tid":tid,"name":name,"ts":us(*at),"args":args})
                 }

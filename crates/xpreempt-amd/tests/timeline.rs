@@ -165,6 +165,11 @@ fn traces_have_queue_and_cu_group_tracks_with_markers() {
     assert!(names.contains(&"CU group 7".to_string()));
     assert!(ev.iter().any(|e| e["ph"] == "i" && e["name"] == "preempt"));
     assert!(ev.iter().any(|e| e["ph"] == "i" && e["name"] == "resume"));
+    assert!(
+        ev.iter()
+            .any(|e| e["ph"] == "C" && e["args"]["mqds"] == 2 && e["args"]["hqds"] == 2),
+        "MQD/HQD counter track"
+    );
     let kernels = ev
         .iter()
         .filter(|e| e["ph"] == "X" && e["tid"].as_u64() < Some(1000))
