@@ -294,7 +294,9 @@ impl Gpu {
     }
 
     /// `restore_mqd` + `load_mqd`: puts a preempted queue back on an HQD. Saved waves continue
-    /// where they stopped; the packet processor goes on from the unchanged read id.
+    /// where they stopped; the packet processor goes on from the unchanged read id. A resume
+    /// that arrives while the unmap is still in flight is applied when it lands; one that
+    /// arrives before a deferred preemption cancels it.
     pub(crate) fn begin_resume(&mut self, queue: QueueId) -> Result<(), ModelError> {
         let qi = queue.0 as usize;
         let state = self.q(queue)?.state;
@@ -316,12 +318,43 @@ impl Gpu {
                 });
             }
         }
-        let q = &mut self.queues[qi];
+        self.restore_mqd(queue)?;
+        self.load_mqd(queue)
+    }
+
+    /// `restore_mqd`: takes the checkpoint back. Needed when CWSR saved waves (their state is
+    /// in the control stack the checkpoint describes); a drained or reset queue has none.
+    pub fn restore_mqd(&mut self, queue: QueueId) -> Result<(), ModelError> {
+        let q = self.q_mut(queue)?;
+        if q.state != MqdState::Preempted {
+            let state = q.state.name();
+            return Err(ModelError::State {
+                queue,
+                state,
+                op: "restore_mqd",
+            });
+        }
+        let snap = q.snapshot.take();
         if q.last_mode == Some(DestroyMode::WavefrontSave) && !q.saved.is_empty() {
-            let snap = q.snapshot.take().ok_or(ModelError::NoSnapshot { queue })?;
+            let snap = snap.ok_or(ModelError::NoSnapshot { queue })?;
             if snap.read_id != q.ring.read_id() {
                 self.stats.ring_moved_while_preempted += 1;
             }
+        }
+        Ok(())
+    }
+
+    /// `load_mqd`: queues the MQD for the next runlist, which gives it an HQD slot on every
+    /// XCC as soon as one is free.
+    pub fn load_mqd(&mut self, queue: QueueId) -> Result<(), ModelError> {
+        let q = self.q_mut(queue)?;
+        if q.state != MqdState::Preempted {
+            let state = q.state.name();
+            return Err(ModelError::State {
+                queue,
+                state,
+                op: "load_mqd",
+            });
         }
         q.state = MqdState::Waiting;
         q.map_kind = "resume";

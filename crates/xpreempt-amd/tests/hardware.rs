@@ -334,3 +334,23 @@ fn a_grid_too_large_to_track_is_rejected_not_allocated() {
         })
     ));
 }
+
+#[test]
+fn cwsr_resume_needs_the_checkpoint() {
+    let mut g = gpu(small());
+    let k = kernel(&mut g, "k", 100, false);
+    let q = queue(&mut g, 1, "q", 0);
+    submit(&mut g, q, k, 1, 16);
+    advance(&mut g, 60_000);
+    // destroy_mqd without checkpoint_mqd first: the saved waves cannot be found again.
+    g.destroy_mqd(q, DestroyMode::WavefrontSave).unwrap();
+    advance(&mut g, 20_000);
+    assert_eq!(g.state(q).unwrap(), MqdState::Preempted);
+    let err = g.resume_queue(Caller::process(1), q).unwrap_err();
+    assert_eq!(err, ModelError::NoSnapshot { queue: q });
+    assert_eq!(
+        g.state(q).unwrap(),
+        MqdState::Preempted,
+        "a failed resume changes nothing"
+    );
+}
