@@ -190,8 +190,9 @@ pub fn table(report: &SimReport) -> String {
             } else {
                 "-".into()
             };
-            let _ = writeln!(
-                s,
+            let mut line = String::new();
+            let _ = write!(
+                line,
                 "{:<9} {:<10} {:>5} {:>12.3} {:>12.3} {:>7} {:>7} {:>19} {:>8} {:>7} {:>12}",
                 if first { m.mode } else { "" },
                 t.name,
@@ -229,6 +230,7 @@ pub fn table(report: &SimReport) -> String {
                     ""
                 },
             );
+            let _ = writeln!(s, "{}", line.trim_end());
         }
     }
     for m in &report.modes {
