@@ -153,9 +153,17 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
             } else {
                 (b.threshold, b.batch)
             };
-            let window = QueueConfig::new(t, n, level).map_err(|e| sched(e.to_string()))?;
+            // More in flight than the ring holds would make a launch fail; the ring bounds it.
+            let windows = scenario
+                .tasks
+                .iter()
+                .map(|task| {
+                    let t = t.min(task.ring_size);
+                    QueueConfig::new(t, n.min(t), level).map_err(|e| sched(e.to_string()))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             let policy = opts.policy.as_deref().unwrap_or(&b.policy);
-            Some(SchemeB::new(&gpu, &queues, level, window, policy, opts.hooks).map_err(sched)?)
+            Some(SchemeB::new(&gpu, &queues, level, &windows, policy, opts.hooks).map_err(sched)?)
         }
         None => None,
     };

@@ -177,12 +177,13 @@ pub struct SchemeB {
 }
 
 impl SchemeB {
-    /// `queues[i]` = (model queue, owner, logical priority) of task `i`.
+    /// `queues[i]` = (model queue, owner, logical priority) of task `i`, `windows[i]` its
+    /// progressive-launching window.
     pub fn new(
         gpu: &Rc<RefCell<Gpu>>,
         queues: &[(QueueId, Caller, xpreempt_core::Priority)],
         level: Level,
-        window: QueueConfig,
+        windows: &[QueueConfig],
         policy: &str,
         hooks: Option<Box<dyn Hooks>>,
     ) -> Result<Self, String> {
@@ -198,6 +199,7 @@ impl SchemeB {
             scheduler
                 .handle(0, SchedEvent::Created(info))
                 .map_err(|e| e.to_string())?;
+            let window = windows.get(i).copied().unwrap_or_default();
             xqs.push(XQueue::new(id, window, level));
             hals.push(AmdHal::new(gpu.clone(), q, caller, level));
         }

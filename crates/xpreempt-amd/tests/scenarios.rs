@@ -49,3 +49,17 @@ fn a_cu_partition_isolates_but_halves_the_gpu() {
         "lv3 {lv3:?} vs partition {infer:?}"
     );
 }
+
+#[test]
+fn a_ring_smaller_than_the_work_or_the_window_still_runs_everything() {
+    let mut s = Scenario::default_scenario().unwrap();
+    for t in &mut s.tasks {
+        t.ring_size = 4;
+        t.kernels = 12;
+        t.kernel.workgroups = 160;
+    }
+    let (report, runs) = simulate(&s, &Mode::ALL, &SimOptions::default()).unwrap();
+    for (m, r) in report.modes.iter().zip(&runs) {
+        assert!(m.exactly_once, "{}: {:?}", m.mode, r.problems);
+    }
+}
