@@ -1,5 +1,26 @@
 //! Scenarios: a GPU, the settings of Scheme A and Scheme B, and tasks (one queue each) that
-//! submit batches of kernels at given arrival times. Written in TOML.
+//! submit batches of kernels at given arrival times. Written in TOML; every section but
+//! `[[tasks]]` may be left out:
+//!
+//! ```toml
+//! name = "example"
+//! seed = 1
+//! [gpu]                      # GpuConfig: cus, waves_per_cu, topology, cwsr, quantum_us, ...
+//! cus = 80
+//! [scheme_a]
+//! check_interval_us = 5000.0
+//! mode = "wavefront-save"    # or "drain", "reset"
+//! [scheme_b]
+//! policy = "hpf"
+//! [[tasks]]
+//! name = "infer"
+//! priority = 12              # logical priority, larger runs first
+//! process = 2
+//! cu_range = [0, 40]         # optional CU mask: first CU, count
+//! kernels = 50               # kernels per request
+//! kernel = { workgroups = 640, wg_threads = 256, wg_us = 380.0, jitter = 0.1, idempotent = false }
+//! arrival = { at_us = 16200.0, count = 1, every_us = 0.0, poisson = false }
+//! ```
 
 use crate::config::{GpuConfig, us};
 use crate::cwsr::DestroyMode;

@@ -176,3 +176,28 @@ fn traces_have_queue_and_cu_group_tracks_with_markers() {
         .count();
     assert_eq!(kernels, 150);
 }
+
+#[test]
+fn scheme_a_detection_delay_never_exceeds_the_check_interval() {
+    let base = Scenario::default_scenario().unwrap();
+    let interval = base.scheme_a.check_interval_us;
+    for offset_us in [15_000.0, 15_001.0, 16_200.0, 17_500.0, 19_999.0] {
+        let mut s = base.clone();
+        s.tasks[0].kernels = 40;
+        s.tasks[1].kernels = 10;
+        s.tasks[1].arrival.at_us = offset_us;
+        let run = runner::run(&s, Mode::SchemeA, RunOptions::default()).unwrap();
+        assert!(run.exactly_once, "{:?}", run.problems);
+        let delay = run.tasks[1].detection_delays[0] as f64 / 1000.0;
+        assert!(
+            (0.0..=interval).contains(&delay),
+            "arrival {offset_us}: delay {delay} µs"
+        );
+        // The next check after arrival is the one that acts.
+        let expected = (offset_us / interval).ceil() * interval - offset_us;
+        assert!(
+            (delay - expected).abs() < 0.01,
+            "arrival {offset_us}: {delay} vs {expected}"
+        );
+    }
+}
