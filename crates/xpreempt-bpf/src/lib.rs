@@ -24,3 +24,25 @@ pub use ctx::Hook;
 pub use hooks::BpfHooks;
 pub use policy::{LoadError, LoadOptions, Policy};
 pub use vm::ExecMode;
+
+/// Where the build put `policies/*.c` and `tests/bpf/*.c` compiled with clang.
+pub const BUILT_OBJECT_DIR: &str = env!("XPREEMPT_BPF_OBJ_DIR");
+
+/// The object `NAME.o` the build compiled from `policies/NAME.c` (or a test program), or why
+/// there is none (clang missing, a compile error).
+pub fn built_object(name: &str) -> Result<std::path::PathBuf, String> {
+    let path = std::path::Path::new(BUILT_OBJECT_DIR).join(format!("{name}.o"));
+    if path.is_file() {
+        return Ok(path);
+    }
+    let why = env!("XPREEMPT_BPF_CLANG_ERROR");
+    Err(format!(
+        "{} was not built{}; the eBPF objects need clang (apt-get install -y clang), then rebuild",
+        path.display(),
+        if why.is_empty() {
+            String::new()
+        } else {
+            format!(" ({why})")
+        }
+    ))
+}

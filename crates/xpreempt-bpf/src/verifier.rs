@@ -189,6 +189,15 @@ pub fn verify(
         let width = c.syntax(i).map_err(|r| fail(pc, i.opc, r))?;
         pc += width;
     }
+    if let Some((from, to)) = c.find_loop() {
+        return Err(fail(
+            from,
+            code[from * INSN_SIZE],
+            format!(
+                "jump back to instruction {to} closes a loop: loops are not allowed (unroll them)"
+            ),
+        ));
+    }
     // Every path, with types.
     let mut entry = State {
         regs: [Val::Uninit; 11],
@@ -344,21 +353,14 @@ impl Checker<'_> {
                 "ALU instruction with a non-zero offset (eBPF v4; build with -mcpu=v3)".into(),
             );
         }
-        if i.opc == ebpf::JA || is_cond_jump(i.opc) {
-            if i.off < 0 {
-                let target = self.pc as i64 + 1 + i.off as i64;
-                return Err(format!(
-                    "jump back to instruction {target}: loops are not allowed (unroll them)"
-                ));
-            }
-            let target = self.pc + 1 + i.off as usize;
-            if target >= self.len {
+        if let Some(target) = self.jump_target(i) {
+            if target < 0 || target >= self.len as i64 {
                 return Err(format!(
                     "jump to instruction {target}, outside the program ({} instructions)",
                     self.len
                 ));
             }
-            if decode(self.code, target).opc == 0 {
+            if decode(self.code, target as usize).opc == 0 {
                 return Err(format!(
                     "jump into the middle of ld_imm64 at {}",
                     target - 1
@@ -366,6 +368,58 @@ impl Checker<'_> {
             }
         }
         Ok(1)
+    }
+
+    fn jump_target(&self, i: Insn) -> Option<i64> {
+        (i.opc == ebpf::JA || is_cond_jump(i.opc)).then(|| self.pc as i64 + 1 + i.off as i64)
+    }
+
+    /// The instructions control may go to after `pc`.
+    fn successors(&self, pc: usize) -> Vec<usize> {
+        let i = decode(self.code, pc);
+        match i.opc {
+            ebpf::EXIT => vec![],
+            LD_DW_IMM => vec![pc + 2],
+            ebpf::JA => vec![(pc as i64 + 1 + i.off as i64) as usize],
+            o if is_cond_jump(o) => vec![pc + 1, (pc as i64 + 1 + i.off as i64) as usize],
+            _ => vec![pc + 1],
+        }
+    }
+
+    /// Depth-first search of the control-flow graph: an edge back to an instruction still on
+    /// the search path closes a loop. (A backward jump alone is not a loop: clang places
+    /// blocks in any order.)
+    fn find_loop(&self) -> Option<(usize, usize)> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Mark {
+            New,
+            OnPath,
+            Done,
+        }
+        let mut mark = vec![Mark::New; self.len + 1];
+        let mut stack: Vec<(usize, Vec<usize>)> = vec![(0, self.successors(0))];
+        mark[0] = Mark::OnPath;
+        while let Some((pc, succ)) = stack.last_mut() {
+            let pc = *pc;
+            match succ.pop() {
+                // Falling off the end is reported by the path walk.
+                Some(next) if next >= self.len => {}
+                Some(next) => match mark[next] {
+                    Mark::OnPath => return Some((pc, next)),
+                    Mark::Done => {}
+                    Mark::New => {
+                        mark[next] = Mark::OnPath;
+                        let s = self.successors(next);
+                        stack.push((next, s));
+                    }
+                },
+                None => {
+                    mark[pc] = Mark::Done;
+                    stack.pop();
+                }
+            }
+        }
+        None
     }
 
     fn read(&self, st: &State, r: usize) -> Res<Val> {
@@ -393,7 +447,7 @@ impl Checker<'_> {
                 self.call(i, st)?;
                 return Ok(Flow::Next(next));
             }
-            ebpf::JA => return Ok(Flow::Next(next + i.off as usize)),
+            ebpf::JA => return Ok(Flow::Next((next as i64 + i.off as i64) as usize)),
             _ => {}
         }
         if is_cond_jump(i.opc) {
@@ -480,7 +534,7 @@ impl Checker<'_> {
         if uses_reg {
             self.read(st, i.src)?;
         }
-        let taken = self.pc + 1 + i.off as usize;
+        let taken = (self.pc as i64 + 1 + i.off as i64) as usize;
         let fall = self.pc + 1;
         let mut taken_state = st.clone();
         // A NULL check on a map lookup's result: one branch has the value, the other has 0.

@@ -36,6 +36,18 @@ impl Drop for OwnedCode {
     }
 }
 
+fn calls_helpers(code: &[u8]) -> bool {
+    let mut pc = 0;
+    while pc * 8 < code.len() {
+        match code[pc * 8] {
+            0x85 => return true,
+            crate::elf::LD_DW_IMM => pc += 2,
+            _ => pc += 1,
+        }
+    }
+    false
+}
+
 pub struct Program {
     // Field order matters: `vm` borrows `code` and must be dropped first.
     vm: rbpf::EbpfVmMbuff<'static>,
@@ -76,6 +88,17 @@ impl Program {
             vm.register_allowed_memory(r.clone());
         }
         if mode == ExecMode::Jit {
+            if calls_helpers(slice) {
+                // rbpf 0.4.1's x86-64 JIT calls helpers with the stack 8 bytes off the 16-byte
+                // alignment the ABI requires; Rust helpers then crash (SIGSEGV on aligned SSE
+                // stores). Such programs stay on the interpreter.
+                return Err(VmError::Jit {
+                    hook,
+                    msg: "rbpf's JIT misaligns the stack when calling helpers; programs that call \
+                          helpers must use the interpreter"
+                        .into(),
+                });
+            }
             Self::jit(&mut vm, hook)?;
         }
         Ok(Self {
