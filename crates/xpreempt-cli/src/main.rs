@@ -8,7 +8,11 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "xpreempt", version, about = "Preemptive, priority-aware scheduling of GPU command queues")]
+#[command(
+    name = "xpreempt",
+    version,
+    about = "Preemptive, priority-aware scheduling of GPU command queues"
+)]
 struct Cli {
     /// Print one JSON object instead of a table.
     #[arg(long, global = true)]

@@ -33,6 +33,11 @@ pub fn version(out: &Output) -> Result<()> {
         policies: &xpreempt_core::policy::POLICY_NAMES,
     };
     out.emit(&v, || {
-        format!("{} {}\npolicies: {}\n", v.name, v.version, v.policies.join(", "))
+        format!(
+            "{} {}\npolicies: {}\n",
+            v.name,
+            v.version,
+            v.policies.join(", ")
+        )
     })
 }

@@ -46,7 +46,7 @@ impl CommandProps {
 }
 
 /// Host-side work run in queue order.
-pub type HostFn = Box<dyn FnOnce() + Send + 'static>;
+pub type HostFn = Box<dyn FnOnce() + Send + Sync + 'static>;
 
 pub enum Op<P> {
     Kernel(P),

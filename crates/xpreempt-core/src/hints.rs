@@ -59,7 +59,13 @@ mod tests {
             utilization_share: Some(1.5),
             ..Hints::default()
         };
-        assert!(bad_share.validate().unwrap_err().to_string().contains("1.5"));
+        assert!(
+            bad_share
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("1.5")
+        );
         let nan = Hints {
             utilization_share: Some(f64::NAN),
             ..Hints::default()

@@ -18,7 +18,7 @@ pub mod xqueue;
 
 pub use command::{Command, CommandProps, Op, OpKind, Seq};
 pub use hal::{HalError, HwQueue, Level};
-pub use hints::{Hints, HintError};
+pub use hints::{HintError, Hints};
 pub use xqueue::{QueueConfig, XQueue};
 
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,8 @@
 //! A reference backend on a virtual clock, for testing everything above the HAL without a GPU.
 //!
-//! Each queue executes its launched commands in order; queues run side by side without
-//! contention. A kernel is a row of blocks of fixed length. Lv2 stops a queue at the next block
+//! The device has one engine that runs one block at a time, taking launched work in launch order
+//! across queues (as a GPU's hardware queue does when nothing preempts), so a busy queue delays
+//! every queue behind it. A kernel is a row of blocks of fixed length. Lv2 stops a queue at the next block
 //! boundary (a non-deactivatable command runs to its end first); Lv3 stops it at once and keeps
 //! the position inside the block. Every executed block is recorded, so tests can check that each
 //! ran exactly once.
@@ -24,6 +25,8 @@ pub const OTHER_OP_NS: Nanos = 1_000;
 
 #[derive(Default)]
 struct Work {
+    /// Launch order across all queues.
+    ticket: u64,
     seq: Seq,
     blocks: u32,
     block_ns: Nanos,
@@ -34,9 +37,8 @@ struct Work {
 #[derive(Default)]
 struct QueueSim {
     launched: VecDeque<Work>,
-    /// Index of the block being executed in the front command, and when it ends.
+    /// Index of the next block of the front command.
     block: u32,
-    block_end: Option<Nanos>,
     /// Time left in the current block when an interrupt saved it.
     saved_remaining: Option<Nanos>,
     stop_requested: bool,
@@ -48,6 +50,9 @@ struct QueueSim {
 struct DeviceState {
     now: Nanos,
     queues: Vec<QueueSim>,
+    /// The queue whose block the engine runs, and when that block ends.
+    running: Option<(usize, Nanos)>,
+    next_ticket: u64,
     /// Times each (queue, seq) block ran.
     executed: BTreeMap<(u32, Seq), Vec<u32>>,
     launch_order: Vec<(u32, Seq)>,
@@ -90,28 +95,21 @@ impl RefDevice {
         self.lock().now
     }
 
-    /// When the next block or command ends, if anything runs.
+    /// When the running block ends, if anything runs.
     pub fn next_event(&self) -> Option<Nanos> {
-        self.lock().queues.iter().filter_map(|q| q.block_end).min()
+        self.lock().running.map(|(_, end)| end)
     }
 
-    /// Runs the device until `t`, or to the next event if `t` is earlier than now.
+    /// Runs the device until `t` (the clock never goes back).
     pub fn advance_to(&self, t: Nanos) {
         let mut st = self.lock();
-        loop {
-            let next = st
-                .queues
-                .iter()
-                .enumerate()
-                .filter_map(|(i, q)| q.block_end.map(|e| (e, i)))
-                .min();
-            match next {
-                Some((end, i)) if end <= t => {
-                    st.now = end;
-                    finish_block(&mut st, i);
-                }
-                _ => break,
-            }
+        while let Some((i, end)) = st.running
+            && end <= t
+        {
+            st.now = end;
+            st.running = None;
+            finish_block(&mut st, i);
+            dispatch(&mut st);
         }
         st.now = st.now.max(t);
     }
@@ -131,21 +129,28 @@ impl RefDevice {
     }
 }
 
-fn start_block(st: &mut DeviceState, i: usize) {
-    let now = st.now;
-    let q = &mut st.queues[i];
-    if q.stopped.is_some() || q.block_end.is_some() {
+/// Starts the oldest launched block of any queue that may run, if the engine is free.
+fn dispatch(st: &mut DeviceState) {
+    if st.running.is_some() {
         return;
     }
-    if let Some(w) = q.launched.front() {
-        let len = q.saved_remaining.take().unwrap_or(w.block_ns);
-        q.block_end = Some(now + len.max(1));
+    let next = st
+        .queues
+        .iter()
+        .enumerate()
+        .filter(|(_, q)| q.stopped.is_none())
+        .filter_map(|(i, q)| q.launched.front().map(|w| (w.ticket, i)))
+        .min();
+    if let Some((_, i)) = next {
+        let q = &mut st.queues[i];
+        let block_ns = q.launched.front().map_or(0, |w| w.block_ns);
+        let len = q.saved_remaining.take().unwrap_or(block_ns);
+        st.running = Some((i, st.now + len.max(1)));
     }
 }
 
 fn finish_block(st: &mut DeviceState, i: usize) {
     let q = &mut st.queues[i];
-    q.block_end = None;
     let Some(w) = q.launched.front_mut() else {
         return;
     };
@@ -172,7 +177,6 @@ fn finish_block(st: &mut DeviceState, i: usize) {
         q.stop_requested = false;
         q.stopped = Some(Level::Lv2);
     }
-    start_block(st, i);
 }
 
 impl RefQueue {
@@ -213,6 +217,7 @@ impl HwQueue for RefQueue {
         _sync_point: bool,
     ) -> Result<(), HalError> {
         let mut work = Work {
+            ticket: 0,
             seq,
             blocks: 1,
             block_ns: OTHER_OP_NS,
@@ -222,7 +227,9 @@ impl HwQueue for RefQueue {
         match &mut command.op {
             Op::Kernel(k) => {
                 if k.blocks == 0 {
-                    return Err(HalError::Refused("a kernel needs at least one block".into()));
+                    return Err(HalError::Refused(
+                        "a kernel needs at least one block".into(),
+                    ));
                 }
                 work.blocks = k.blocks;
                 work.block_ns = k.block_ns;
@@ -233,9 +240,11 @@ impl HwQueue for RefQueue {
             _ => {}
         }
         let mut st = self.device.lock();
+        work.ticket = st.next_ticket;
+        st.next_ticket += 1;
         st.launch_order.push((self.index as u32, seq));
         st.queues[self.index].launched.push_back(work);
-        start_block(&mut st, self.index);
+        dispatch(&mut st);
         Ok(())
     }
 
@@ -266,8 +275,9 @@ impl HwQueue for RefQueue {
             return Err(self.unsupported("deactivate", Level::Lv2));
         }
         let mut st = self.device.lock();
+        let running_here = st.running.is_some_and(|(i, _)| i == self.index);
         let q = &mut st.queues[self.index];
-        if q.block_end.is_some() {
+        if running_here {
             q.stop_requested = true;
         } else {
             q.stopped = Some(Level::Lv2);
@@ -284,7 +294,7 @@ impl HwQueue for RefQueue {
         Self::check_log(q, log)?;
         q.stop_requested = false;
         q.stopped = None;
-        start_block(&mut st, self.index);
+        dispatch(&mut st);
         Ok(())
     }
 
@@ -294,12 +304,16 @@ impl HwQueue for RefQueue {
         }
         let mut st = self.device.lock();
         let now = st.now;
-        let q = &mut st.queues[self.index];
-        if let Some(end) = q.block_end.take() {
-            q.saved_remaining = Some(end - now);
+        if let Some((i, end)) = st.running
+            && i == self.index
+        {
+            st.running = None;
+            st.queues[i].saved_remaining = Some(end - now);
         }
+        let q = &mut st.queues[self.index];
         q.stop_requested = false;
         q.stopped = Some(Level::Lv3);
+        dispatch(&mut st);
         Ok(())
     }
 
@@ -311,7 +325,7 @@ impl HwQueue for RefQueue {
         let q = &mut st.queues[self.index];
         Self::check_log(q, log)?;
         q.stopped = None;
-        start_block(&mut st, self.index);
+        dispatch(&mut st);
         Ok(())
     }
 }
@@ -319,6 +333,7 @@ impl HwQueue for RefQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CommandProps;
 
     fn kernel(blocks: u32, block_ns: Nanos) -> Command<RefKernel> {
         Command::kernel(RefKernel { blocks, block_ns })
@@ -341,6 +356,31 @@ mod tests {
     }
 
     #[test]
+    fn one_engine_serves_queues_in_launch_order() {
+        let dev = RefDevice::new();
+        let a = dev.create_queue(Level::Lv2);
+        let b = dev.create_queue(Level::Lv2);
+        let mut ka = kernel(3, 100);
+        a.launch(0, &mut ka, true).unwrap();
+        b.launch(0, &mut kernel(1, 10), true).unwrap();
+        dev.advance_to(299);
+        assert_eq!((a.completed(), b.completed()), (0, 0), "b waits behind a");
+        dev.advance_to(310);
+        assert_eq!((a.completed(), b.completed()), (1, 1));
+        // Deactivating the busy queue lets the other one in at the next block boundary.
+        let stoppable = CommandProps::new(false, true, false);
+        a.launch(1, &mut kernel(3, 100).with_props(stoppable), true)
+            .unwrap();
+        b.launch(1, &mut kernel(1, 10), true).unwrap();
+        dev.advance_to(350);
+        a.deactivate().unwrap();
+        assert!(!a.settled());
+        dev.advance_to(420);
+        assert!(a.settled());
+        assert_eq!((a.completed(), b.completed()), (1, 2));
+    }
+
+    #[test]
     fn interrupt_keeps_the_position_inside_a_block() {
         let dev = RefDevice::new();
         let q = dev.create_queue(Level::Lv3);
@@ -350,7 +390,10 @@ mod tests {
         q.interrupt().unwrap();
         dev.advance_to(1_000);
         assert_eq!(q.completed(), 0);
-        let mut log = vec![Launched { seq: 0, command: cmd }];
+        let mut log = vec![Launched {
+            seq: 0,
+            command: cmd,
+        }];
         q.restore(&mut log).unwrap();
         dev.advance_to(1_059);
         assert_eq!(q.completed(), 0);

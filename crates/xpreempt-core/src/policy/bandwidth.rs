@@ -35,15 +35,23 @@ impl Policy for Bandwidth {
 
     fn decide(&mut self, view: &View<'_>) -> Decision {
         let active: Vec<&QueueView> = view.queues.iter().filter(|q| q.is_active()).collect();
-        self.credit.retain(|id, _| view.queues.iter().any(|q| q.id == *id));
-        let hinted: f64 = active.iter().filter_map(|q| q.hints.utilization_share).sum();
-        let unhinted = active.iter().filter(|q| q.hints.utilization_share.is_none()).count();
+        self.credit
+            .retain(|id, _| view.queues.iter().any(|q| q.id == *id));
+        let hinted: f64 = active
+            .iter()
+            .filter_map(|q| q.hints.utilization_share)
+            .sum();
+        let unhinted = active
+            .iter()
+            .filter(|q| q.hints.utilization_share.is_none())
+            .count();
         let unhinted_share = if unhinted == 0 {
             0.0
         } else {
             ((1.0 - hinted) / unhinted as f64).max(0.01)
         };
-        let vtime = |q: &QueueView, credit: f64| q.run_ns as f64 / Self::share(q, unhinted_share) + credit;
+        let vtime =
+            |q: &QueueView, credit: f64| q.run_ns as f64 / Self::share(q, unhinted_share) + credit;
         // Level a newly active queue with the least-served of the queues that were already active.
         let floor = active
             .iter()
@@ -73,7 +81,12 @@ impl Policy for Bandwidth {
                     let vb = vtime(b, self.credit[&b.id].1);
                     va.total_cmp(&vb).then(a.id.cmp(&b.id))
                 })
-                .map(|q| (q.id, view.now + q.hints.timeslice_ns.unwrap_or(self.timeslice_ns))),
+                .map(|q| {
+                    (
+                        q.id,
+                        view.now + q.hints.timeslice_ns.unwrap_or(self.timeslice_ns),
+                    )
+                }),
         };
         Decision {
             run: exclusive(view, chosen.map(|c| c.0)),
@@ -90,17 +103,26 @@ mod tests {
 
     #[test]
     fn the_queue_furthest_behind_its_share_runs() {
-        let mut bw = Bandwidth { timeslice_ns: 10, ..Bandwidth::default() };
+        let mut bw = Bandwidth {
+            timeslice_ns: 10,
+            ..Bandwidth::default()
+        };
         let mut qs = [queue(0, 0, Suspended), queue(1, 0, Suspended)];
         qs[0].hints.utilization_share = Some(0.75);
         qs[1].hints.utilization_share = Some(0.25);
         qs[0].running_since = None;
         qs[0].run_ns = 600; // 800 virtual
         qs[1].run_ns = 150; // 600 virtual
-        let d = bw.decide(&View { now: 100, queues: &qs });
+        let d = bw.decide(&View {
+            now: 100,
+            queues: &qs,
+        });
         assert_eq!((ids(&d.run), d.wake_at), (vec![1], Some(110)));
         qs[1].run_ns = 300; // 1200 virtual
-        let d = bw.decide(&View { now: 200, queues: &qs });
+        let d = bw.decide(&View {
+            now: 200,
+            queues: &qs,
+        });
         assert_eq!(ids(&d.run), vec![0]);
     }
 }

@@ -35,11 +35,17 @@ mod tests {
         let mut qs = [queue(0, 9, Ready), queue(1, 0, Ready), queue(2, 0, Idle)];
         qs[0].active_since = Some(20);
         qs[1].active_since = Some(10);
-        let d = Fifo.decide(&View { now: 30, queues: &qs });
+        let d = Fifo.decide(&View {
+            now: 30,
+            queues: &qs,
+        });
         assert_eq!(ids(&d.run), vec![1]);
         qs[0].running_since = Some(5);
         qs[0].state = Running;
-        let d = Fifo.decide(&View { now: 30, queues: &qs });
+        let d = Fifo.decide(&View {
+            now: 30,
+            queues: &qs,
+        });
         assert_eq!(ids(&d.run), vec![0]);
     }
 }

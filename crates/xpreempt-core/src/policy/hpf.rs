@@ -1,7 +1,7 @@
 //! Highest priority first: the queues with the highest effective priority run; equal
 //! priorities take turns by timeslice.
 
-use super::{Decision, DEFAULT_TIMESLICE_NS, Policy, QueueView, View, rotate};
+use super::{DEFAULT_TIMESLICE_NS, Decision, Policy, QueueView, View, rotate};
 use crate::Nanos;
 
 #[derive(Clone, Debug)]
@@ -67,8 +67,16 @@ mod tests {
 
     #[test]
     fn the_highest_active_priority_runs() {
-        let qs = [queue(0, 3, Running), queue(1, 12, Ready), queue(2, 20, Idle), queue(3, 5, Idle)];
-        let d = Hpf::default().decide(&View { now: 10, queues: &qs });
+        let qs = [
+            queue(0, 3, Running),
+            queue(1, 12, Ready),
+            queue(2, 20, Idle),
+            queue(3, 5, Idle),
+        ];
+        let d = Hpf::default().decide(&View {
+            now: 10,
+            queues: &qs,
+        });
         assert_eq!(ids(&d.run), vec![1, 2]);
         assert_eq!(d.wake_at, None);
     }
@@ -76,21 +84,39 @@ mod tests {
     #[test]
     fn everything_may_run_on_an_idle_device() {
         let qs = [queue(0, 3, Idle), queue(1, -7, Idle)];
-        let d = Hpf::default().decide(&View { now: 0, queues: &qs });
+        let d = Hpf::default().decide(&View {
+            now: 0,
+            queues: &qs,
+        });
         assert_eq!(ids(&d.run), vec![0, 1]);
     }
 
     #[test]
     fn equal_priorities_take_turns() {
-        let mut hpf = Hpf { tie_timeslice_ns: 100 };
-        let mut qs = [queue(0, 5, Running), queue(1, 5, Suspended), queue(2, 1, Suspended)];
-        let d = hpf.decide(&View { now: 50, queues: &qs });
+        let mut hpf = Hpf {
+            tie_timeslice_ns: 100,
+        };
+        let mut qs = [
+            queue(0, 5, Running),
+            queue(1, 5, Suspended),
+            queue(2, 1, Suspended),
+        ];
+        let d = hpf.decide(&View {
+            now: 50,
+            queues: &qs,
+        });
         assert_eq!((ids(&d.run), d.wake_at), (vec![0], Some(100)));
-        let d = hpf.decide(&View { now: 100, queues: &qs });
+        let d = hpf.decide(&View {
+            now: 100,
+            queues: &qs,
+        });
         assert_eq!((ids(&d.run), d.wake_at), (vec![1], Some(200)));
         qs[0].running_since = None;
         qs[1].running_since = Some(100);
-        let d = hpf.decide(&View { now: 200, queues: &qs });
+        let d = hpf.decide(&View {
+            now: 200,
+            queues: &qs,
+        });
         assert_eq!(ids(&d.run), vec![0]);
     }
 }

@@ -51,12 +51,40 @@ mod tests {
 
     #[test]
     fn best_effort_yields_while_latency_critical_work_exists() {
-        let mut qs = [queue(0, 0, Running), queue(1, 5, Idle), queue(2, 0, Running)];
+        let mut qs = [
+            queue(0, 0, Running),
+            queue(1, 5, Idle),
+            queue(2, 0, Running),
+        ];
         let mut p = LcBe::default();
-        assert_eq!(ids(&p.decide(&View { now: 0, queues: &qs }).run), vec![0, 1, 2]);
+        assert_eq!(
+            ids(&p
+                .decide(&View {
+                    now: 0,
+                    queues: &qs
+                })
+                .run),
+            vec![0, 1, 2]
+        );
         qs[1].state = Ready;
-        assert_eq!(ids(&p.decide(&View { now: 0, queues: &qs }).run), vec![1]);
+        assert_eq!(
+            ids(&p
+                .decide(&View {
+                    now: 0,
+                    queues: &qs
+                })
+                .run),
+            vec![1]
+        );
         qs[2].hints.latency_critical = Some(true);
-        assert_eq!(ids(&p.decide(&View { now: 0, queues: &qs }).run), vec![1, 2]);
+        assert_eq!(
+            ids(&p
+                .decide(&View {
+                    now: 0,
+                    queues: &qs
+                })
+                .run),
+            vec![1, 2]
+        );
     }
 }

@@ -40,11 +40,21 @@ mod tests {
     #[test]
     fn turns_follow_each_queues_timeslice() {
         let mut rr = RoundRobin { timeslice_ns: 10 };
-        let mut qs = [queue(0, 0, Suspended), queue(1, 0, Running), queue(2, 0, Idle)];
+        let mut qs = [
+            queue(0, 0, Suspended),
+            queue(1, 0, Running),
+            queue(2, 0, Idle),
+        ];
         qs[1].hints.timeslice_ns = Some(30);
-        let d = rr.decide(&View { now: 20, queues: &qs });
+        let d = rr.decide(&View {
+            now: 20,
+            queues: &qs,
+        });
         assert_eq!((ids(&d.run), d.wake_at), (vec![1], Some(30)));
-        let d = rr.decide(&View { now: 30, queues: &qs });
+        let d = rr.decide(&View {
+            now: 30,
+            queues: &qs,
+        });
         assert_eq!((ids(&d.run), d.wake_at), (vec![0], Some(40)));
     }
 }

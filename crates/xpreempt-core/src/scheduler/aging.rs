@@ -24,7 +24,11 @@ pub enum AgingError {
 }
 
 impl Aging {
-    pub fn new(interval_ns: Nanos, step: Priority, max_boost: Priority) -> Result<Self, AgingError> {
+    pub fn new(
+        interval_ns: Nanos,
+        step: Priority,
+        max_boost: Priority,
+    ) -> Result<Self, AgingError> {
         if interval_ns == 0 {
             return Err(AgingError::ZeroInterval);
         }
@@ -92,7 +96,12 @@ mod tests {
     fn bad_settings_are_refused() {
         assert_eq!(Aging::new(0, 1, 1), Err(AgingError::ZeroInterval));
         assert_eq!(Aging::new(1, 0, 1), Err(AgingError::Step(0)));
-        assert!(Aging::new(1, 2, 1).unwrap_err().to_string().contains("max boost"));
+        assert!(
+            Aging::new(1, 2, 1)
+                .unwrap_err()
+                .to_string()
+                .contains("max boost")
+        );
     }
 
     #[test]

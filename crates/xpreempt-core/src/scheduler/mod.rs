@@ -26,12 +26,24 @@ pub enum SchedEvent {
     Created(QueueInfo),
     Destroyed(QueueId),
     /// The queue went from idle to having work; `pending` commands wait in it.
-    Ready { queue: QueueId, pending: usize },
+    Ready {
+        queue: QueueId,
+        pending: usize,
+    },
     /// The queue's pending count changed (optional; policies that look at it want it fresh).
-    Pending { queue: QueueId, pending: usize },
+    Pending {
+        queue: QueueId,
+        pending: usize,
+    },
     Idle(QueueId),
-    Hints { queue: QueueId, hints: Hints },
-    Priority { queue: QueueId, priority: Priority },
+    Hints {
+        queue: QueueId,
+        hints: Hints,
+    },
+    Priority {
+        queue: QueueId,
+        priority: Priority,
+    },
     /// The time asked for by [`Scheduler::next_wake`] has come.
     Timer,
 }
@@ -161,7 +173,10 @@ impl Scheduler {
                 self.queues.insert(info.id, Entry::new(info));
             }
             SchedEvent::Destroyed(id) => {
-                let mut e = self.queues.remove(&id).ok_or(SchedError::UnknownQueue(id))?;
+                let mut e = self
+                    .queues
+                    .remove(&id)
+                    .ok_or(SchedError::UnknownQueue(id))?;
                 e.stop_running(now);
                 if let Some(h) = self.hooks.as_mut() {
                     h.task_destroy(id, e.run_ns);
@@ -218,8 +233,20 @@ impl Scheduler {
     fn check(&mut self, now: Nanos) {
         self.stats.checks += 1;
         let aging = self.aging;
+        if let Some(a) = aging {
+            for e in self.queues.values_mut() {
+                if e.running_since.is_some()
+                    && a.next_change(e.waiting_since, e.running_since, now)
+                        .is_none()
+                {
+                    // Served for a whole interval: the boost is spent.
+                    e.waiting_since = None;
+                }
+            }
+        }
         self.views.clear();
-        self.views.extend(self.queues.values().map(|e| e.view(now, aging)));
+        self.views
+            .extend(self.queues.values().map(|e| e.view(now, aging)));
         let waiting_max = self
             .views
             .iter()
@@ -265,12 +292,8 @@ impl Scheduler {
         }
         let mut wake = decision.wake_at.filter(|&t| t > now);
         if let Some(a) = aging {
-            for e in self.queues.values_mut() {
+            for e in self.queues.values() {
                 let next = a.next_change(e.waiting_since, e.running_since, now);
-                if e.running_since.is_some() && next.is_none() {
-                    // Served long enough: the boost is spent.
-                    e.waiting_since = None;
-                }
                 wake = match (wake, next) {
                     (Some(x), Some(y)) => Some(x.min(y)),
                     (x, y) => x.or(y),
@@ -286,8 +309,15 @@ impl Scheduler {
         if self.queues.values().all(|e| e.info.interleave.is_none()) {
             return run;
         }
-        let mut order: Vec<&QueueView> = self.views.iter().filter(|v| run.contains(&v.id)).collect();
-        order.sort_by_key(|v| (!v.is_active(), std::cmp::Reverse(v.effective_priority), v.id));
+        let mut order: Vec<&QueueView> =
+            self.views.iter().filter(|v| run.contains(&v.id)).collect();
+        order.sort_by_key(|v| {
+            (
+                !v.is_active(),
+                std::cmp::Reverse(v.effective_priority),
+                v.id,
+            )
+        });
         let mut kept: Vec<(QueueId, Option<u32>)> = Vec::new();
         for v in order {
             let limit = self.queues[&v.id].info.interleave;

@@ -20,7 +20,9 @@ pub enum ConfigError {
     ZeroThreshold,
     #[error("batch must be at least 1 (a sync point every `batch` commands), got 0")]
     ZeroBatch,
-    #[error("batch {batch} is larger than threshold {threshold}: the window would fill before its first sync point")]
+    #[error(
+        "batch {batch} is larger than threshold {threshold}: the window would fill before its first sync point"
+    )]
     BatchAboveThreshold { batch: u32, threshold: u32 },
 }
 
@@ -72,12 +74,27 @@ mod tests {
 
     #[test]
     fn bad_windows_are_refused() {
-        assert_eq!(QueueConfig::new(0, 1, Level::Lv1), Err(ConfigError::ZeroThreshold));
-        assert_eq!(QueueConfig::new(4, 0, Level::Lv1), Err(ConfigError::ZeroBatch));
+        assert_eq!(
+            QueueConfig::new(0, 1, Level::Lv1),
+            Err(ConfigError::ZeroThreshold)
+        );
+        assert_eq!(
+            QueueConfig::new(4, 0, Level::Lv1),
+            Err(ConfigError::ZeroBatch)
+        );
         let err = QueueConfig::new(4, 8, Level::Lv1).unwrap_err();
-        assert!(err.to_string().contains("batch 8 is larger than threshold 4"));
+        assert!(
+            err.to_string()
+                .contains("batch 8 is larger than threshold 4")
+        );
         let ok = QueueConfig::new(16, 8, Level::Lv2).unwrap();
-        assert_eq!((ok.threshold(), ok.batch(), ok.level()), (16, 8, Level::Lv2));
-        assert_eq!(QueueConfig::default(), QueueConfig::new(16, 8, Level::Lv3).unwrap());
+        assert_eq!(
+            (ok.threshold(), ok.batch(), ok.level()),
+            (16, 8, Level::Lv2)
+        );
+        assert_eq!(
+            QueueConfig::default(),
+            QueueConfig::new(16, 8, Level::Lv3).unwrap()
+        );
     }
 }

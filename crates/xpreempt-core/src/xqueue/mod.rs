@@ -276,8 +276,13 @@ impl<P> XQueue<P> {
             return Ok(false);
         }
         self.suspended = false;
-        self.stopping_since = None;
+        if let Some(since) = self.stopping_since.take() {
+            // Resumed before the hardware was ever free of this queue's work: the suspension
+            // never took full effect, and it lasted this long.
+            self.stats.suspend_latency.record(now.saturating_sub(since));
+        }
         self.stats.resumes += 1;
+        self.reap(hal);
         if let Some(level) = self.hw_stopped.take() {
             let log = self.in_flight.make_contiguous();
             let (op, outcome) = if level == Level::Lv3 {
@@ -365,7 +370,10 @@ impl<P> XQueue<P> {
 
     fn reap<H: HwQueue<Payload = P>>(&mut self, hal: &H) {
         let watermark = hal.completed();
-        debug_assert!(watermark >= self.completed, "completion watermark went back");
+        debug_assert!(
+            watermark >= self.completed,
+            "completion watermark went back"
+        );
         while self.in_flight.front().is_some_and(|e| e.seq < watermark) {
             self.in_flight.pop_front();
             self.stats.completed += 1;

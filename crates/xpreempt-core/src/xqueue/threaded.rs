@@ -1,1 +1,286 @@
-//! Placeholder
+//! An XQueue for real devices: shared between threads, with a completion watcher.
+//!
+//! `submit` runs the state machine on the caller's thread under an uncontended lock, so a queue
+//! that may run and has room in its window launches with no hand-off. The watcher thread blocks in
+//! `synchronize` (never while holding the lock) to open the window, to notice when the queue goes
+//! idle, and to drain a Lv1 suspension; it sleeps while the queue is idle.
+
+use super::{QueueEvent, QueueOpError, SubmitError, XQueue};
+use crate::command::{Command, Seq};
+use crate::hal::{HalError, HwQueue};
+use crate::stats::QueueStats;
+use crate::xqueue::WaitPlan;
+use crate::{Nanos, QueueId};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Where a queue reports Ready/Idle (the scheduler's inbox).
+pub type EventSink = Arc<dyn Fn(QueueId, QueueEvent) + Send + Sync>;
+
+/// What the scheduler may do to a queue, whatever its backend.
+pub trait Preemptible: Send + Sync {
+    fn queue_id(&self) -> QueueId;
+    fn suspend(&self) -> Result<(), QueueOpError>;
+    fn resume(&self) -> Result<(), QueueOpError>;
+    /// Admission refused: submissions answer busy until the scheduler resumes the queue.
+    fn refuse(&self);
+}
+
+struct Inner<H: HwQueue> {
+    hal: H,
+    queue: Mutex<XQueue<H::Payload>>,
+    /// Wakes the watcher when the queue gets work or is resumed.
+    work: Condvar,
+    /// Wakes waiters in `wait` after every poll.
+    progress: Condvar,
+    refused: AtomicBool,
+    shutdown: AtomicBool,
+    epoch: Instant,
+    sink: Option<EventSink>,
+}
+
+pub struct SharedXQueue<H: HwQueue> {
+    inner: Arc<Inner<H>>,
+    id: QueueId,
+    watcher: Option<JoinHandle<()>>,
+}
+
+/// A submission the queue did not take; the command comes back.
+#[derive(Debug, thiserror::Error)]
+pub enum TrySubmitError<P> {
+    #[error("queue {0}: admission refused, retry later")]
+    Busy(QueueId, Command<P>),
+    #[error(transparent)]
+    Launch(#[from] SubmitError<P>),
+}
+
+impl<H> SharedXQueue<H>
+where
+    H: HwQueue + Send + Sync + 'static,
+    H::Payload: Send + 'static,
+{
+    pub fn new(queue: XQueue<H::Payload>, hal: H, sink: Option<EventSink>) -> Self {
+        let id = queue.id();
+        let inner = Arc::new(Inner {
+            hal,
+            queue: Mutex::new(queue),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+            refused: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            epoch: Instant::now(),
+            sink,
+        });
+        let watcher_inner = Arc::clone(&inner);
+        let watcher = std::thread::Builder::new()
+            .name(format!("xpreempt-{id}"))
+            .spawn(move || watch(&watcher_inner))
+            .ok();
+        if watcher.is_none() {
+            tracing::error!(queue = %id, "could not start the completion watcher; waits will poll");
+        }
+        Self { inner, id, watcher }
+    }
+
+    pub fn id(&self) -> QueueId {
+        self.id
+    }
+
+    pub fn hal(&self) -> &H {
+        &self.inner.hal
+    }
+
+    /// The hot path: launches at once when the queue may run and has room.
+    pub fn submit(&self, command: Command<H::Payload>) -> Result<Seq, TrySubmitError<H::Payload>> {
+        if self.inner.refused.load(Ordering::Relaxed) {
+            // Ask again: the scheduler re-runs admission on a Ready report.
+            self.inner.report(self.id, QueueEvent::Ready);
+            return Err(TrySubmitError::Busy(self.id, command));
+        }
+        let now = self.inner.now();
+        let submitted = self.inner.lock().submit(&self.inner.hal, command, now)?;
+        if let Some(event) = submitted.event {
+            self.inner.work.notify_one();
+            self.inner.report(self.id, event);
+        }
+        Ok(submitted.seq)
+    }
+
+    /// Submits, backing off (from 50 µs, doubling, up to 10 ms between tries) while admission
+    /// is refused, for at most `patience`.
+    pub fn submit_with_retry(
+        &self,
+        mut command: Command<H::Payload>,
+        patience: Duration,
+    ) -> Result<Seq, TrySubmitError<H::Payload>> {
+        let deadline = Instant::now() + patience;
+        let mut backoff = Duration::from_micros(50);
+        loop {
+            match self.submit(command) {
+                Err(TrySubmitError::Busy(id, c)) if Instant::now() < deadline => {
+                    command = c;
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(10));
+                    let _ = id;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Blocks until command `seq` has completed.
+    pub fn wait(&self, seq: Seq) -> Result<(), HalError> {
+        let mut q = self.inner.lock();
+        while q.completed() <= seq {
+            if self.watcher.is_none() {
+                drop(q);
+                std::thread::sleep(Duration::from_micros(50));
+                let now = self.inner.now();
+                q = self.inner.lock();
+                let _ = q.poll(&self.inner.hal, now);
+                continue;
+            }
+            q = self
+                .inner
+                .progress
+                .wait_timeout(q, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
+    /// Blocks until everything submitted so far has completed.
+    pub fn wait_all(&self) -> Result<(), HalError> {
+        let last = self.inner.lock().next_seq();
+        match last.checked_sub(1) {
+            Some(seq) => self.wait(seq),
+            None => Ok(()),
+        }
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        self.inner.lock().stats().clone()
+    }
+
+    pub fn is_suspended(&self) -> bool {
+        self.inner.lock().is_suspended()
+    }
+}
+
+impl<H> Preemptible for SharedXQueue<H>
+where
+    H: HwQueue + Send + Sync + 'static,
+    H::Payload: Send + 'static,
+{
+    fn queue_id(&self) -> QueueId {
+        self.id
+    }
+
+    fn suspend(&self) -> Result<(), QueueOpError> {
+        let now = self.inner.now();
+        let r = self.inner.lock().suspend(&self.inner.hal, now);
+        self.inner.work.notify_one();
+        r.map(|_| ())
+    }
+
+    fn resume(&self) -> Result<(), QueueOpError> {
+        self.inner.refused.store(false, Ordering::Relaxed);
+        let now = self.inner.now();
+        let r = self.inner.lock().resume(&self.inner.hal, now);
+        self.inner.work.notify_one();
+        self.inner.progress.notify_all();
+        r.map(|_| ())
+    }
+
+    fn refuse(&self) {
+        self.inner.refused.store(true, Ordering::Relaxed);
+    }
+}
+
+impl<H: HwQueue> Drop for SharedXQueue<H> {
+    fn drop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::Relaxed);
+        self.inner.work.notify_all();
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl<H: HwQueue> Inner<H> {
+    fn lock(&self) -> MutexGuard<'_, XQueue<H::Payload>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    fn report(&self, id: QueueId, event: QueueEvent) {
+        if let Some(sink) = &self.sink {
+            sink(id, event);
+        }
+    }
+}
+
+fn watch<H: HwQueue>(inner: &Inner<H>) {
+    loop {
+        let target = {
+            let mut q = inner.lock();
+            loop {
+                if inner.shutdown.load(Ordering::Relaxed) {
+                    return;
+                }
+                match q.wait_plan() {
+                    WaitPlan::Nothing => {
+                        q = inner
+                            .work
+                            .wait_timeout(q, Duration::from_millis(50))
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                        // Retries a launch from the pending buffer that failed earlier.
+                        if !q.is_suspended() && q.pending_len() > 0 && q.in_flight_len() == 0 {
+                            let now = inner.now();
+                            if let Err(e) = q.poll(&inner.hal, now) {
+                                tracing::warn!(%e, "launch from the pending buffer failed again");
+                            }
+                        }
+                    }
+                    WaitPlan::Synchronize(t) => break t,
+                    WaitPlan::RecordSyncThenSynchronize(t) => match q.record_sync(&inner.hal) {
+                        Ok(()) => break t,
+                        Err(e) => {
+                            tracing::warn!(%e, "completion watcher");
+                            drop(q);
+                            std::thread::sleep(Duration::from_millis(1));
+                            q = inner.lock();
+                        }
+                    },
+                }
+            }
+        };
+        match inner.hal.synchronize(target) {
+            Ok(()) => {}
+            // A virtual-clock backend cannot block: poll it instead.
+            Err(HalError::WouldBlock(_)) => std::thread::sleep(Duration::from_micros(50)),
+            Err(e) => {
+                tracing::warn!(%e, "completion watcher could not synchronize; polling");
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        let now = inner.now();
+        let (id, polled) = {
+            let mut q = inner.lock();
+            (q.id(), q.poll(&inner.hal, now))
+        };
+        inner.progress.notify_all();
+        match polled {
+            Ok(Some(event)) => inner.report(id, event),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(%e, "launch from the pending buffer failed; will retry"),
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Local mode end to end: threaded XQueues, the scheduler on its own thread, and the reference
+//! device whose virtual clock follows the wall clock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use xpreempt_core::reference::{RefDevice, RefKernel};
+use xpreempt_core::scheduler::local::LocalScheduler;
+use xpreempt_core::scheduler::{QueueInfo, Scheduler};
+use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
+use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId, XQueue, policy};
+
+const BE_KERNELS: u64 = 100;
+
+fn kernel(block_ns: u64) -> Command<RefKernel> {
+    Command::kernel(RefKernel {
+        blocks: 1,
+        block_ns,
+    })
+    .with_props(CommandProps::new(false, true, false))
+}
+
+#[test]
+fn a_high_priority_burst_overtakes_a_busy_low_queue_and_nothing_is_lost() {
+    for level in [Level::Lv1, Level::Lv2, Level::Lv3] {
+        let dev = RefDevice::new();
+        let stop = Arc::new(AtomicBool::new(false));
+        let clock = {
+            let (dev, stop) = (dev.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    dev.advance_to(start.elapsed().as_nanos() as u64);
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+            })
+        };
+        let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
+        let make = |id: u32, prio| {
+            let hal = dev.create_queue(level);
+            let q = XQueue::new(
+                QueueId(id),
+                QueueConfig::new(4, 2, level).unwrap(),
+                hal.max_level(),
+            );
+            let shared = Arc::new(SharedXQueue::new(q, hal, Some(sched.sink())));
+            sched.register(
+                QueueInfo::new(QueueId(id), prio),
+                shared.clone() as Arc<dyn Preemptible>,
+            );
+            shared
+        };
+        let low = make(0, 3);
+        let high = make(1, 12);
+        for _ in 0..BE_KERNELS {
+            low.submit(kernel(1_000_000)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        let mut last = 0;
+        for _ in 0..5 {
+            last = high.submit(kernel(100_000)).unwrap();
+        }
+        high.wait(last).unwrap();
+        let low_done_when_high_finished = low.hal().completed();
+        low.wait_all().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        clock.join().unwrap();
+
+        assert!(
+            low_done_when_high_finished < BE_KERNELS,
+            "{level}: the high queue waited for all of the low queue"
+        );
+        assert!(
+            low.stats().preemptions >= 1,
+            "{level}: the low queue was never suspended"
+        );
+        assert!(sched.stats().unwrap().preemptions >= 1);
+        for (q, n) in [(&low, BE_KERNELS), (&high, 5)] {
+            assert_eq!(q.hal().completed(), n);
+            for seq in 0..n {
+                assert_eq!(
+                    dev.block_runs(q.hal(), seq),
+                    vec![1],
+                    "{level}: command {seq}"
+                );
+            }
+        }
+    }
+}
