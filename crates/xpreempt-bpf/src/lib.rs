@@ -16,6 +16,7 @@ pub mod elf;
 pub mod helpers;
 pub mod hooks;
 pub mod maps;
+pub mod pin;
 pub mod policy;
 pub mod verifier;
 pub mod vm;

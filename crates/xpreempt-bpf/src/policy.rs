@@ -12,12 +12,19 @@ use thiserror::Error;
 pub enum LoadError {
     #[error(transparent)]
     Elf(#[from] ElfError),
+    /// Not a `source`: the message already carries it, and error reporters print both.
     #[error("verifier rejected the program: {0}")]
-    Verify(#[from] VerifyError),
+    Verify(VerifyError),
     #[error(transparent)]
     Map(#[from] MapError),
     #[error(transparent)]
     Vm(#[from] VmError),
+}
+
+impl From<VerifyError> for LoadError {
+    fn from(e: VerifyError) -> Self {
+        LoadError::Verify(e)
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]

@@ -249,7 +249,7 @@ pub fn verify(
                     taken_state,
                     fall,
                 } => {
-                    work.push((taken, depth, taken_state));
+                    work.push((taken, depth, *taken_state));
                     pc = fall;
                 }
                 Flow::Exit => {
@@ -269,7 +269,7 @@ enum Flow {
     Next(usize),
     Branch {
         taken: usize,
-        taken_state: State,
+        taken_state: Box<State>,
         fall: usize,
     },
     Exit,
@@ -536,7 +536,7 @@ impl Checker<'_> {
         }
         let taken = (self.pc as i64 + 1 + i.off as i64) as usize;
         let fall = self.pc + 1;
-        let mut taken_state = st.clone();
+        let mut taken_state = Box::new(st.clone());
         // A NULL check on a map lookup's result: one branch has the value, the other has 0.
         if let Val::MapValue { null: true, id, .. } = dst
             && !uses_reg
@@ -544,9 +544,9 @@ impl Checker<'_> {
             && (i.opc == ebpf::JEQ_IMM || i.opc == ebpf::JNE_IMM)
         {
             let (is_null, non_null) = if i.opc == ebpf::JEQ_IMM {
-                (&mut taken_state, &mut *st)
+                (&mut *taken_state, &mut *st)
             } else {
-                (&mut *st, &mut taken_state)
+                (&mut *st, &mut *taken_state)
             };
             mark_null(is_null, id, true);
             mark_null(non_null, id, false);

@@ -3,6 +3,7 @@
 
 mod demo;
 mod output;
+mod policy;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -30,6 +31,8 @@ enum Command {
     Version,
     /// A small scheduling demo on the reference backend (virtual clock, no GPU).
     Demo(demo::Args),
+    /// Load an eBPF policy and read or write its maps.
+    Policy(policy::Args),
 }
 
 fn main() -> Result<()> {
@@ -42,5 +45,6 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Version => output::version(&out),
         Command::Demo(args) => demo::run(&out, &args),
+        Command::Policy(args) => policy::run(&out, &args),
     }
 }
