@@ -4,6 +4,7 @@
 mod demo;
 mod output;
 mod policy;
+mod sim;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -33,6 +34,8 @@ enum Command {
     Demo(demo::Args),
     /// Load an eBPF policy and read or write its maps.
     Policy(policy::Args),
+    /// Run a scenario on the AMD queue-hardware model under none, lv1, scheme-a, lv2 and lv3.
+    Sim(sim::Args),
 }
 
 fn main() -> Result<()> {
@@ -46,5 +49,6 @@ fn main() -> Result<()> {
         Command::Version => output::version(&out),
         Command::Demo(args) => demo::run(&out, &args),
         Command::Policy(args) => policy::run(&out, &args),
+        Command::Sim(args) => sim::run(&out, &args),
     }
 }
