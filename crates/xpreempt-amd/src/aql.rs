@@ -283,7 +283,9 @@ pub enum AqlError {
     FenceScope(u8),
     #[error("setup {0:#06x}: dimensions must be 1..=3 and the other bits zero")]
     Setup(u16),
-    #[error("dimension {dim}: workgroup size {workgroup} and grid size {grid} are not a valid geometry")]
+    #[error(
+        "dimension {dim}: workgroup size {workgroup} and grid size {grid} are not a valid geometry"
+    )]
     Geometry { dim: u8, workgroup: u16, grid: u32 },
     #[error("reserved packet fields are not zero")]
     ReservedField,
@@ -336,7 +338,10 @@ mod tests {
         assert_eq!(Packet::decode(&bad), Err(AqlError::UnsupportedType(7)));
         let mut bad = good;
         bad[1] |= 0x20; // bit 13
-        assert!(matches!(Packet::decode(&bad), Err(AqlError::ReservedHeaderBits(_))));
+        assert!(matches!(
+            Packet::decode(&bad),
+            Err(AqlError::ReservedHeaderBits(_))
+        ));
         let mut bad = good;
         bad[1] = (bad[1] & !0x06) | (3 << 1); // acquire scope 3
         assert_eq!(Packet::decode(&bad), Err(AqlError::FenceScope(3)));
@@ -346,7 +351,10 @@ mod tests {
         let mut bad = good;
         bad[4] = 0;
         bad[5] = 0; // workgroup x = 0
-        assert!(matches!(Packet::decode(&bad), Err(AqlError::Geometry { dim: 0, .. })));
+        assert!(matches!(
+            Packet::decode(&bad),
+            Err(AqlError::Geometry { dim: 0, .. })
+        ));
         let mut bad = good;
         bad[32..40].fill(0);
         assert_eq!(Packet::decode(&bad), Err(AqlError::NullKernelObject));

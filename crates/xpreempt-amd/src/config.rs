@@ -116,7 +116,9 @@ impl GpuConfig {
             ("cwsr.reset_us", self.cwsr.reset_us),
         ] {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("{name} must be a non-negative number of µs, got {v}"));
+                return Err(format!(
+                    "{name} must be a non-negative number of µs, got {v}"
+                ));
             }
         }
         self.topology.validate().map_err(|e| e.to_string())

@@ -166,7 +166,10 @@ impl Cpsch {
         if slot.queue >= self.topology.queues_per_pipe {
             return Err(not);
         }
-        let bits = self.allocated_queues.get_mut(slot.pipe as usize).ok_or(not.clone())?;
+        let bits = self
+            .allocated_queues
+            .get_mut(slot.pipe as usize)
+            .ok_or(not.clone())?;
         if *bits & (1 << slot.queue) != 0 {
             return Err(not);
         }
@@ -187,7 +190,16 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            vec![(0, 0), (1, 0), (2, 0), (3, 0), (0, 1), (1, 1), (2, 1), (3, 1)]
+            vec![
+                (0, 0),
+                (1, 0),
+                (2, 0),
+                (3, 0),
+                (0, 1),
+                (1, 1),
+                (2, 1),
+                (3, 1)
+            ]
         );
         assert_eq!(c.bitmap(0), Some(0b1111_1100));
         assert_eq!(c.next_pipe_to_allocate(), 0);

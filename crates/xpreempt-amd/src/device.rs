@@ -313,8 +313,7 @@ impl Gpu {
     /// No map, unmap or restore of this queue is under way.
     pub fn settled(&self, queue: QueueId) -> bool {
         self.q(queue).is_ok_and(|q| {
-            q.pending.is_none()
-                && matches!(q.state, MqdState::Mapped | MqdState::Preempted)
+            q.pending.is_none() && matches!(q.state, MqdState::Mapped | MqdState::Preempted)
         })
     }
 
@@ -399,7 +398,10 @@ impl Gpu {
     /// Puts arbitrary bytes in the next slot and rings the doorbell (a buggy or hostile producer).
     pub fn submit_raw(&mut self, queue: QueueId, bytes: &[u8; 64]) -> Result<u64, ModelError> {
         let q = self.q_mut(queue)?;
-        let id = q.ring.write_raw(bytes).map_err(|e| ModelError::Ring(queue, e))?;
+        let id = q
+            .ring
+            .write_raw(bytes)
+            .map_err(|e| ModelError::Ring(queue, e))?;
         self.ring_doorbell(queue, id)?;
         Ok(id)
     }
@@ -597,8 +599,7 @@ impl Gpu {
             };
             let d = &q.active[pos];
             let ready = d.kernel.is_none()
-                && d
-                    .deps
+                && d.deps
                     .iter()
                     .all(|&s| s == 0 || self.signal_value(s).is_some_and(|v| v <= 0));
             if !ready {

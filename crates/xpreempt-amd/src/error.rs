@@ -21,7 +21,9 @@ pub enum ModelError {
         #[source]
         source: AqlError,
     },
-    #[error("queue {queue}: RESET refused: kernel `{kernel}` has waves running and is not idempotent")]
+    #[error(
+        "queue {queue}: RESET refused: kernel `{kernel}` has waves running and is not idempotent"
+    )]
     NonIdempotent { queue: QueueId, kernel: String },
     #[error("queue {queue} is {state}; {op} is not possible now")]
     State {
@@ -31,9 +33,13 @@ pub enum ModelError {
     },
     #[error("queue {queue}: resume needs a checkpointed MQD (checkpoint_mqd before destroy_mqd)")]
     NoSnapshot { queue: QueueId },
-    #[error("the hardware scheduler is hung: an unmap missed its {timeout_us} µs fence (kfd_hws_hang); no queue operation is possible until reset")]
+    #[error(
+        "the hardware scheduler is hung: an unmap missed its {timeout_us} µs fence (kfd_hws_hang); no queue operation is possible until reset"
+    )]
     HwsHung { timeout_us: u64 },
-    #[error("process {caller} may not {op} queue {queue}: it belongs to process {owner} and the caller is not privileged")]
+    #[error(
+        "process {caller} may not {op} queue {queue}: it belongs to process {owner} and the caller is not privileged"
+    )]
     PermissionDenied {
         caller: u32,
         owner: u32,
@@ -41,7 +47,11 @@ pub enum ModelError {
         op: &'static str,
     },
     #[error("queue {queue}: workgroup of {waves} waves cannot fit a CU of {slots} wave slots")]
-    WorkgroupTooLarge { queue: QueueId, waves: u32, slots: u32 },
+    WorkgroupTooLarge {
+        queue: QueueId,
+        waves: u32,
+        slots: u32,
+    },
     #[error("invalid configuration: {0}")]
     Config(String),
 }

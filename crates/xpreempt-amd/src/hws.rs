@@ -101,14 +101,16 @@ impl Gpu {
             .collect();
         mapped.sort_unstable();
         for &(_, qi) in mapped.iter().take(want) {
-            if let Err(e) = self.start_unmap(QueueId(qi), DestroyMode::WavefrontSave, After::Waiting)
+            if let Err(e) =
+                self.start_unmap(QueueId(qi), DestroyMode::WavefrontSave, After::Waiting)
             {
                 tracing::warn!(error = %e, "oversubscription unmap failed");
             }
         }
         if !self.quantum_armed {
             self.quantum_armed = true;
-            self.events.push(self.now + us(self.cfg.quantum_us), Ev::Quantum);
+            self.events
+                .push(self.now + us(self.cfg.quantum_us), Ev::Quantum);
         }
     }
 
@@ -126,7 +128,11 @@ impl Gpu {
 
     pub(crate) fn sample_occupancy(&mut self) {
         let (m, h) = self.mqd_hqd_counts();
-        if self.occupancy.last().is_none_or(|&(_, lm, lh)| (lm, lh) != (m, h)) {
+        if self
+            .occupancy
+            .last()
+            .is_none_or(|&(_, lm, lh)| (lm, lh) != (m, h))
+        {
             self.occupancy.push((self.now, m, h));
         }
     }

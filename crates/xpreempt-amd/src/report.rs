@@ -111,7 +111,11 @@ fn mode_report(run: &ModeRun, standalone: &[f64]) -> ModeReport {
         })
         .collect();
     let of_prio = |p: Priority| {
-        let v: Vec<f64> = tasks.iter().filter(|t| t.priority == p).map(|t| t.latency_us).collect();
+        let v: Vec<f64> = tasks
+            .iter()
+            .filter(|t| t.priority == p)
+            .map(|t| t.latency_us)
+            .collect();
         v.iter().sum::<f64>() / v.len().max(1) as f64
     };
     let hi = tasks.iter().map(|t| t.priority).max().unwrap_or(0);
@@ -144,7 +148,17 @@ pub fn table(report: &SimReport) -> String {
     let _ = writeln!(
         s,
         "{:<9} {:<10} {:>5} {:>12} {:>12} {:>7} {:>7} {:>19} {:>8} {:>7} {:>12}",
-        "mode", "task", "prio", "latency ms", "alone ms", "x alone", "ratio", "preempt p50/p99 µs", "preempts", "resumes", "exactly-once"
+        "mode",
+        "task",
+        "prio",
+        "latency ms",
+        "alone ms",
+        "x alone",
+        "ratio",
+        "preempt p50/p99 µs",
+        "preempts",
+        "resumes",
+        "exactly-once"
     );
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     for m in &report.modes {
@@ -164,15 +178,35 @@ pub fn table(report: &SimReport) -> String {
                 t.latency_us / 1000.0,
                 t.standalone_us / 1000.0,
                 slow,
-                if first { format!("{:.2}x", m.latency_ratio) } else { String::new() },
                 if first {
-                    format!("{}/{}", opt(m.preempt_latency_us.p50), opt(m.preempt_latency_us.p99))
+                    format!("{:.2}x", m.latency_ratio)
                 } else {
                     String::new()
                 },
-                if first { m.preemptions.to_string() } else { String::new() },
-                if first { m.resumes.to_string() } else { String::new() },
-                if first { if m.exactly_once { "yes" } else { "NO" } } else { "" },
+                if first {
+                    format!(
+                        "{}/{}",
+                        opt(m.preempt_latency_us.p50),
+                        opt(m.preempt_latency_us.p99)
+                    )
+                } else {
+                    String::new()
+                },
+                if first {
+                    m.preemptions.to_string()
+                } else {
+                    String::new()
+                },
+                if first {
+                    m.resumes.to_string()
+                } else {
+                    String::new()
+                },
+                if first {
+                    if m.exactly_once { "yes" } else { "NO" }
+                } else {
+                    ""
+                },
             );
         }
     }

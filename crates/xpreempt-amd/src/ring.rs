@@ -15,7 +15,9 @@ pub enum RingError {
     Size(u32),
     #[error("ring is full: {size} packets, write id {write}, read id {read}")]
     Full { size: u32, write: u64, read: u64 },
-    #[error("dispatch id {id} is not a reserved, unpublished slot (write id {write}, read id {read})")]
+    #[error(
+        "dispatch id {id} is not a reserved, unpublished slot (write id {write}, read id {read})"
+    )]
     NotReserved { id: u64, write: u64, read: u64 },
 }
 
@@ -180,7 +182,10 @@ mod tests {
             let a = r.reserve_and_write_body(&p).unwrap();
             let b = r.reserve_and_write_body(&p).unwrap();
             assert_eq!((a, b), (2 * round, 2 * round + 1));
-            assert!(matches!(r.reserve_and_write_body(&p), Err(RingError::Full { .. })));
+            assert!(matches!(
+                r.reserve_and_write_body(&p),
+                Err(RingError::Full { .. })
+            ));
             r.retire();
             r.retire();
         }

@@ -136,7 +136,11 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
                 .map(|[first, n]| CuMask::from_range(first, n, scenario.gpu.cus)),
         };
         let caller = Caller::process(t.process);
-        queues.push((gpu.create_queue(caller, props).map_err(model)?, caller, t.priority));
+        queues.push((
+            gpu.create_queue(caller, props).map_err(model)?,
+            caller,
+            t.priority,
+        ));
     }
     let gpu = Rc::new(RefCell::new(gpu));
     let mut scheme_b = match mode.level() {
@@ -154,7 +158,10 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         None => None,
     };
     let mut monitor = (mode == Mode::SchemeA).then(|| {
-        Monitor::new(us(scenario.scheme_a.check_interval_us), scenario.scheme_a.mode)
+        Monitor::new(
+            us(scenario.scheme_a.check_interval_us),
+            scenario.scheme_a.mode,
+        )
     });
 
     let arrivals = scenario.arrivals();
@@ -180,7 +187,9 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         .tasks
         .iter()
         .map(|t| {
-            u64::from(t.arrival.count) * u64::from(t.kernels) * u64::from(t.kernel.workgroups)
+            u64::from(t.arrival.count)
+                * u64::from(t.kernels)
+                * u64::from(t.kernel.workgroups)
                 * us(t.kernel.wg_us)
         })
         .sum();
@@ -226,7 +235,8 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
                         wg_threads: t.kernel.wg_threads,
                     };
                     for _ in 0..k {
-                        b.submit(task, kernel, t.kernel.idempotent, now).map_err(sched)?;
+                        b.submit(task, kernel, t.kernel.idempotent, now)
+                            .map_err(sched)?;
                     }
                     submitted[task] += k;
                 }
@@ -236,8 +246,16 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         if scheme_b.is_none() {
             let mut g = gpu.borrow_mut();
             for (task, t) in scenario.tasks.iter().enumerate() {
-                write_backlog(&mut g, &mut backlog[task], &mut submitted[task], &mut signals, t, objects[task], queues[task].0)
-                    .map_err(model)?;
+                write_backlog(
+                    &mut g,
+                    &mut backlog[task],
+                    &mut submitted[task],
+                    &mut signals,
+                    t,
+                    objects[task],
+                    queues[task].0,
+                )
+                .map_err(model)?;
             }
         }
         if let Some(m) = monitor.as_mut() {
@@ -272,8 +290,16 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
             if scheme_b.is_none() {
                 let mut g = gpu.borrow_mut();
                 for (task, t) in scenario.tasks.iter().enumerate() {
-                    write_backlog(&mut g, &mut backlog[task], &mut submitted[task], &mut signals, t, objects[task], queues[task].0)
-                        .map_err(model)?;
+                    write_backlog(
+                        &mut g,
+                        &mut backlog[task],
+                        &mut submitted[task],
+                        &mut signals,
+                        t,
+                        objects[task],
+                        queues[task].0,
+                    )
+                    .map_err(model)?;
                 }
             }
         }
@@ -293,7 +319,12 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         }
         (None, Some(m)) => {
             let mut h = Histogram::new();
-            for t in gpu.borrow().transitions().iter().filter(|t| t.kind == "preempt") {
+            for t in gpu
+                .borrow()
+                .transitions()
+                .iter()
+                .filter(|t| t.kind == "preempt")
+            {
                 h.record(t.done_at - t.requested_at);
             }
             (h, m.stats.preemptions, m.stats.resumes)
@@ -314,7 +345,8 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
     let mut gpu = Rc::try_unwrap(gpu)
         .map_err(|_| sched("the model is still shared after the run".into()))?
         .into_inner();
-    let exactly_once = check_exactly_once(&gpu, scenario, &queues, &submitted, &signals, &mut problems);
+    let exactly_once =
+        check_exactly_once(&gpu, scenario, &queues, &submitted, &signals, &mut problems);
     Ok(ModeRun {
         mode,
         tasks,
@@ -386,11 +418,17 @@ fn check_exactly_once(
         want += submitted[task] * u64::from(t.kernel.workgroups);
     }
     if s.wgs_completed != want {
-        problems.push(format!("{} workgroups completed, {want} expected", s.wgs_completed));
+        problems.push(format!(
+            "{} workgroups completed, {want} expected",
+            s.wgs_completed
+        ));
     }
     let _ = signals;
     if let Some(h) = (1..=gpu.signal_count()).find(|&h| gpu.signal_value(h) != Some(0)) {
-        problems.push(format!("completion signal {h} is {:?}, not 0", gpu.signal_value(h)));
+        problems.push(format!(
+            "completion signal {h} is {:?}, not 0",
+            gpu.signal_value(h)
+        ));
     }
     if s.exactly_once_violations > 0 || s.ring_moved_while_preempted > 0 {
         problems.push(format!(

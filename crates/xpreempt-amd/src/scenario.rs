@@ -166,16 +166,20 @@ impl Scenario {
     }
 
     pub fn validate(&self) -> Result<(), ScenarioError> {
-        self.gpu.validate().map_err(|r| self.invalid(format!("gpu: {r}")))?;
+        self.gpu
+            .validate()
+            .map_err(|r| self.invalid(format!("gpu: {r}")))?;
         if self.tasks.is_empty() {
             return Err(self.invalid("no tasks".into()));
         }
-        if !(self.scheme_a.check_interval_us.is_finite() && self.scheme_a.check_interval_us > 0.0)
-        {
+        if !(self.scheme_a.check_interval_us.is_finite() && self.scheme_a.check_interval_us > 0.0) {
             return Err(self.invalid("scheme_a.check_interval_us must be positive".into()));
         }
         let b = &self.scheme_b;
-        for (what, t, n) in [("lv1", b.lv1_threshold, b.lv1_batch), ("lv2/lv3", b.threshold, b.batch)] {
+        for (what, t, n) in [
+            ("lv1", b.lv1_threshold, b.lv1_batch),
+            ("lv2/lv3", b.threshold, b.batch),
+        ] {
             xpreempt_core::QueueConfig::new(t, n, xpreempt_core::Level::Lv1)
                 .map_err(|e| self.invalid(format!("scheme_b {what} window: {e}")))?;
         }

@@ -98,7 +98,9 @@ impl Monitor {
         // Step 1: rptr/wptr of every queue (two MMIO reads each on real hardware).
         let mut view: Vec<(QueueId, Priority, u64, bool)> = Vec::new();
         for &q in &ids {
-            let Ok((r, w)) = gpu.ring_ids(q) else { continue };
+            let Ok((r, w)) = gpu.ring_ids(q) else {
+                continue;
+            };
             let prio = gpu.logical_priority(q).unwrap_or(Priority::MIN);
             let s = &mut self.seen[q.0 as usize];
             s.pending = w - r;

@@ -82,9 +82,12 @@ impl HwQueue for AmdHal {
         // sync point and record_sync has nothing to do.
         let signal = gpu.create_signal(1);
         let packet = match &mut command.op {
-            Op::Kernel(k) => {
-                Packet::Dispatch(KernelDispatch::linear(k.object, k.workgroups, k.wg_threads, signal))
-            }
+            Op::Kernel(k) => Packet::Dispatch(KernelDispatch::linear(
+                k.object,
+                k.workgroups,
+                k.wg_threads,
+                signal,
+            )),
             op => {
                 if let Op::HostCallback(_) = op
                     && let Op::HostCallback(f) = std::mem::replace(op, Op::Barrier)
@@ -141,7 +144,10 @@ impl HwQueue for AmdHal {
         gpu.unmap_queue(self.caller, self.queue).map_err(hal_err)
     }
 
-    fn reactivate(&self, _log: &mut [xpreempt_core::command::Launched<AmdKernel>]) -> Result<(), HalError> {
+    fn reactivate(
+        &self,
+        _log: &mut [xpreempt_core::command::Launched<AmdKernel>],
+    ) -> Result<(), HalError> {
         // The unfinished work is still in the ring: mapping the queue again is all it takes.
         let mut gpu = self.gpu.borrow_mut();
         gpu.map_queue(self.caller, self.queue).map_err(hal_err)
@@ -153,7 +159,10 @@ impl HwQueue for AmdHal {
             .map_err(hal_err)
     }
 
-    fn restore(&self, _log: &mut [xpreempt_core::command::Launched<AmdKernel>]) -> Result<(), HalError> {
+    fn restore(
+        &self,
+        _log: &mut [xpreempt_core::command::Launched<AmdKernel>],
+    ) -> Result<(), HalError> {
         let mut gpu = self.gpu.borrow_mut();
         gpu.resume_queue(self.caller, self.queue).map_err(hal_err)
     }

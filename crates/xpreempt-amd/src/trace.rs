@@ -112,7 +112,8 @@ impl TraceBuf {
 
     /// The events of one run as Chrome trace objects under process `pid`.
     pub fn to_events(&self, pid: u32, process_name: &str) -> Vec<Value> {
-        let mut out = vec![json!({"ph":"M","pid":pid,"name":"process_name","args":{"name":process_name}})];
+        let mut out =
+            vec![json!({"ph":"M","pid":pid,"name":"process_name","args":{"name":process_name}})];
         for (q, name) in self.queue_names.iter().enumerate() {
             out.push(json!({"ph":"M","pid":pid,"tid":q,"name":"thread_name","args":{"name":format!("queue {name}")}}));
         }
@@ -161,7 +162,11 @@ mod tests {
         let ev = t.to_events(7, "lv3");
         let spans: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "X").collect();
         assert_eq!(spans.len(), 2);
-        assert!(spans.iter().any(|e| e["tid"] == 1001 && e["name"] == "infer" && e["dur"] == 0.02));
+        assert!(
+            spans
+                .iter()
+                .any(|e| e["tid"] == 1001 && e["name"] == "infer" && e["dur"] == 0.02)
+        );
         assert!(ev.iter().any(|e| e["ph"] == "i" && e["name"] == "preempt"));
         assert!(ev.iter().any(|e| e["args"]["name"] == "queue train"));
     }

@@ -16,6 +16,7 @@ use crate::ctx::{
     self, Hook, Pod, QueueInfoOut, ScheduleCtx, TaskDestroyCtx, TaskInitCtx, WorkSubmitCtx,
 };
 use crate::helpers::QueueTable;
+use crate::maps::MapSnapshot;
 use crate::policy::{LoadError, LoadOptions, Policy};
 use xpreempt_core::command::{OpKind, Seq};
 use xpreempt_core::hints::MAX_TIMESLICE_NS;
@@ -106,6 +107,33 @@ impl BpfHooks {
                 }
             }
         }
+    }
+
+    /// Verifies `bytes` now (so errors surface before anything runs), then returns a maker of
+    /// fresh hooks, each with its own maps filled from `pinned`: one per simulated run.
+    pub fn factory(
+        name: &str,
+        bytes: Vec<u8>,
+        pinned: Vec<MapSnapshot>,
+        opts: LoadOptions,
+    ) -> Result<impl Fn() -> Box<dyn Hooks> + 'static, LoadError> {
+        Policy::load(name, &bytes, opts)?;
+        let name = name.to_string();
+        Ok(move || -> Box<dyn Hooks> {
+            match Policy::load(&name, &bytes, opts) {
+                Ok(mut p) => {
+                    for skipped in p.restore(&pinned) {
+                        tracing::debug!(map = skipped, "pinned map not used by this object");
+                    }
+                    Box::new(BpfHooks::new(p))
+                }
+                // Cannot happen for bytes that loaded above; fall back to the neutral hooks.
+                Err(e) => {
+                    tracing::error!(policy = name, "{e}");
+                    Box::new(NoHooks)
+                }
+            }
+        })
     }
 
     fn device_of(&self, queue: QueueId) -> u32 {
@@ -208,3 +236,8 @@ impl Hooks for BpfHooks {
         self.queues.remove(&(queue.0 as u64));
     }
 }
+
+/// Hooks that change nothing (the scheduler's defaults).
+pub struct NoHooks;
+
+impl Hooks for NoHooks {}

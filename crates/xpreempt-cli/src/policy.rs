@@ -12,6 +12,8 @@ use serde::Serialize;
 use std::path::PathBuf;
 use xpreempt_bpf::maps::{Map, MapDef, UPDATE_ANY, to_hex};
 use xpreempt_bpf::pin::StateDir;
+use xpreempt_bpf::{BpfHooks, LoadOptions};
+use xpreempt_core::scheduler::Hooks;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -63,6 +65,29 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         Cmd::Show => show(out, &state),
         Cmd::Map { command } => map(out, &state, command),
     }
+}
+
+/// Whether `--policy` names an eBPF object rather than a built-in policy.
+pub fn is_object(arg: &str) -> bool {
+    arg.ends_with(".o") || std::path::Path::new(arg).is_file()
+}
+
+/// Hooks for `xpreempt sim --policy FILE.o`: the object, verified, with the pinned maps of the
+/// state directory (XPREEMPT_STATE_DIR) loaded into each run's fresh copy of its maps.
+pub fn sim_hooks(file: &str) -> Result<Box<dyn Fn() -> Box<dyn Hooks>>> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
+    let state = StateDir::from_env();
+    let pinned = state.snapshots().unwrap_or_else(|e| {
+        tracing::warn!("pinned maps not used: {e}");
+        Vec::new()
+    });
+    let name = std::path::Path::new(file)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("policy");
+    let make = BpfHooks::factory(name, bytes, pinned, LoadOptions::default())
+        .with_context(|| format!("eBPF policy {file}"))?;
+    Ok(Box::new(make))
 }
 
 fn load(out: &Output, state: &StateDir, file: &PathBuf) -> Result<()> {

@@ -16,9 +16,14 @@ pub struct Args {
     /// Write Chrome/Perfetto trace events of every mode to this file.
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Scheme B policy instead of the scenario's (hpf, fifo, rr, bandwidth, edf, lcbe).
+    /// Scheme B policy instead of the scenario's (hpf, fifo, rr, bandwidth, edf, lcbe), or an
+    /// eBPF object (FILE.o) whose programs run at the scheduler's hooks in lv1/lv2/lv3, with the
+    /// contents of the maps pinned by `xpreempt policy`.
     #[arg(long)]
     policy: Option<String>,
+    /// With an eBPF --policy: the policy that decides which queues run (default: the scenario's).
+    #[arg(long)]
+    base_policy: Option<String>,
     /// Override the scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
@@ -48,10 +53,17 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
     if args.bench {
         return bench(out, &scenario);
     }
-    let opts = SimOptions {
-        trace: args.trace.is_some(),
-        policy: args.policy.clone(),
-        hooks: None,
+    let opts = match args.policy.as_deref() {
+        Some(p) if crate::policy::is_object(p) => SimOptions {
+            trace: args.trace.is_some(),
+            policy: args.base_policy.clone(),
+            hooks: Some(crate::policy::sim_hooks(p)?),
+        },
+        _ => SimOptions {
+            trace: args.trace.is_some(),
+            policy: args.policy.clone(),
+            hooks: None,
+        },
     };
     let (rep, runs) = report::simulate(&scenario, &Mode::ALL, &opts)?;
     if let Some(path) = &args.trace {
@@ -111,9 +123,15 @@ fn bench(out: &Output, scenario: &Scenario) -> Result<()> {
     };
     out.emit(&b, || {
         let mut s = format!("benchmark: {} (one core)\n", b.scenario);
-        s += &format!("{:<9} {:>12} {:>10} {:>14}\n", "mode", "workgroups", "wall ms", "workgroups/s");
+        s += &format!(
+            "{:<9} {:>12} {:>10} {:>14}\n",
+            "mode", "workgroups", "wall ms", "workgroups/s"
+        );
         for r in &b.modes {
-            s += &format!("{:<9} {:>12} {:>10.1} {:>14.0}\n", r.mode, r.workgroups, r.wall_ms, r.workgroups_per_s);
+            s += &format!(
+                "{:<9} {:>12} {:>10.1} {:>14.0}\n",
+                r.mode, r.workgroups, r.wall_ms, r.workgroups_per_s
+            );
         }
         s += &format!("total: {:.0} workgroups/s\n", b.total_workgroups_per_s);
         s

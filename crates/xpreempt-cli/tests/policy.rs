@@ -112,3 +112,45 @@ fn bad_map_input_is_refused_clearly() {
         err(&["policy", "map", "set", "task_stats_map", "1", "1,2"]).contains("wants 24 bytes")
     );
 }
+
+#[test]
+fn sim_runs_the_model_under_an_ebpf_policy_with_pinned_maps() {
+    let s = State::new("sim");
+    s.ok(&["policy", "load", &object("lcbe")]);
+    s.ok(&["policy", "map", "set", "task_type_map", "1", "1"]);
+    s.ok(&["policy", "map", "set", "task_type_map", "0", "0"]);
+    let infer_lv3 = |args: &[&str]| {
+        let v: serde_json::Value = serde_json::from_str(&s.ok(args)).unwrap();
+        let lv3 = v["modes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mode"] == "lv3")
+            .unwrap()
+            .clone();
+        lv3["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "infer")
+            .unwrap()["latency_us"]
+            .as_f64()
+            .unwrap()
+    };
+    let lcbe = object("lcbe");
+    let hpf = infer_lv3(&["--json", "sim", "--policy", "hpf"]);
+    let program = infer_lv3(&["--json", "sim", "--policy", &lcbe, "--base-policy", "lcbe"]);
+    let plain_lcbe = infer_lv3(&["--json", "sim", "--policy", "lcbe"]);
+    assert!(
+        (program - hpf).abs() <= hpf * 0.05,
+        "program {program} vs hpf {hpf}"
+    );
+    assert!(
+        plain_lcbe > hpf * 1.05,
+        "without the pinned classification LC/BE cannot match HPF"
+    );
+
+    let o = s.run(&["sim", "--policy", &object("bad_oob")]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("out-of-bounds access"));
+}
