@@ -124,7 +124,11 @@ pub fn parse(data: &[u8]) -> Result<PolicyObject, ElfError> {
             let sym = file.symbol_by_index(sym_index).map_err(err)?;
             let sym_name = sym.name().unwrap_or("?").to_string();
             let at = offset as usize;
-            if !(offset as usize).is_multiple_of(INSN_SIZE) || at + 2 * INSN_SIZE > code.len() {
+            if !at.is_multiple_of(INSN_SIZE)
+                || at
+                    .checked_add(2 * INSN_SIZE)
+                    .is_none_or(|end| end > code.len())
+            {
                 return Err(fail(format!(
                     "relocation for `{sym_name}` at an odd offset"
                 )));
@@ -199,8 +203,10 @@ fn read_maps(file: &object::File<'_>) -> Result<(Vec<MapDef>, MapSymbols), ElfEr
         if size != MAP_DEF_SIZE as u64 {
             return Err(ElfError::MapDefSize { name, size });
         }
-        let at = addr as usize;
-        let Some(raw) = data.get(at..at + MAP_DEF_SIZE) else {
+        let raw = usize::try_from(addr)
+            .ok()
+            .and_then(|at| data.get(at..at.checked_add(MAP_DEF_SIZE)?));
+        let Some(raw) = raw else {
             return Err(ElfError::MapDefSize { name, size });
         };
         let word = |i: usize| {

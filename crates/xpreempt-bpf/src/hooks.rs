@@ -241,3 +241,85 @@ impl Hooks for BpfHooks {
 pub struct NoHooks;
 
 impl Hooks for NoHooks {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elf::{PolicyObject, ProgramCode};
+
+    fn asm(src: &str) -> Vec<u8> {
+        rbpf::assembler::assemble(src).expect("test program assembles")
+    }
+
+    fn policy(name: &str, hook: Hook, src: &str) -> Policy {
+        let object = PolicyObject {
+            maps: Vec::new(),
+            programs: vec![ProgramCode {
+                hook,
+                code: asm(src),
+            }],
+        };
+        Policy::from_object(name, object, LoadOptions::default()).expect("verified")
+    }
+
+    #[test]
+    fn a_program_failing_at_run_time_falls_back_to_the_previous_policy() {
+        let mut h = BpfHooks::new(policy("five", Hook::TaskInit, "stw [r1+40], 5\nexit"));
+        // Past the 64-byte context: rbpf stops it at run time.
+        h.install(Policy::unverified(
+            "broken",
+            Hook::TaskInit,
+            asm("stw [r1+40], 9\nldxdw r0, [r1+4096]\nexit"),
+        ));
+        let mut q = QueueInfo::new(QueueId(1), 0);
+        h.task_init(&mut q);
+        assert_eq!(
+            q.priority, 5,
+            "answered by the previous policy, the broken run's write undone"
+        );
+        let err = h.last_error().unwrap();
+        assert!(
+            err.contains("policy `broken`") && err.contains("task_init"),
+            "{err}"
+        );
+        assert!(err.contains("out of bounds memory load (insn #"), "{err}");
+        assert_eq!(h.policy().unwrap().name(), "five");
+        assert_eq!(h.stats().failures, [1, 0, 0, 0]);
+        // With nothing to fall back to, the scheduler's defaults apply.
+        h.install(Policy::unverified(
+            "broken",
+            Hook::Schedule,
+            asm("ldxdw r0, [r1+4096]\nexit"),
+        ));
+        h.previous = None;
+        assert!(h.admit(QueueId(1), 1, 0), "fails open");
+        assert!(h.policy().is_none());
+    }
+
+    #[test]
+    fn negating_the_most_negative_number_wraps() {
+        let mut h = BpfHooks::new(policy(
+            "neg",
+            Hook::TaskInit,
+            "lddw r2, 0x8000000000000000\nneg64 r2\nrsh64 r2, 63\nstxw [r1+40], r2\nexit",
+        ));
+        let mut q = QueueInfo::new(QueueId(1), 0);
+        h.task_init(&mut q);
+        assert_eq!(q.priority, 1);
+        assert!(h.last_error().is_none());
+    }
+
+    #[test]
+    fn outputs_map_onto_queue_info() {
+        // priority 7, interleave MEDIUM, class LC; a 100 s timeslice is clamped to the core's limit.
+        let src = "stw [r1+40], 7\nstw [r1+44], 2\nlddw r2, 100000000000\nstxdw [r1+48], r2\nstw [r1+56], 2\nexit";
+        let mut h = BpfHooks::new(policy("out", Hook::TaskInit, src));
+        let mut q = QueueInfo::new(QueueId(3), 1);
+        h.task_init(&mut q);
+        assert_eq!(q.priority, 7);
+        assert_eq!(q.interleave, Some(ctx::MEDIUM_OTHERS));
+        assert_eq!(q.hints.timeslice_ns, Some(MAX_TIMESLICE_NS));
+        assert_eq!(q.hints.latency_critical, Some(true));
+        assert_eq!(q.hints.validate(), Ok(()));
+    }
+}

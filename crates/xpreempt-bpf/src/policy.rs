@@ -175,3 +175,23 @@ impl Policy {
         with_env(&mut env, || program.run(ctx)).map(Some)
     }
 }
+
+#[cfg(test)]
+impl Policy {
+    /// A policy whose program skipped our verifier (rbpf's own checks still apply): the only
+    /// way to make a program fail at run time, to test what happens then.
+    pub(crate) fn unverified(name: &str, hook: Hook, code: Vec<u8>) -> Self {
+        let v = Verified {
+            insns: code.len() / 8,
+            longest_path: 0,
+        };
+        let mut programs: [Option<Program>; 4] = Default::default();
+        programs[hook.index()] =
+            Some(Program::new(hook, code, v, &[], ExecMode::Interpreter).expect("rbpf accepts it"));
+        Self {
+            name: name.into(),
+            maps: Vec::new(),
+            programs,
+        }
+    }
+}
