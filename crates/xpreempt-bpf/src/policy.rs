@@ -172,7 +172,25 @@ impl Policy {
             now,
             hook,
         };
-        with_env(&mut env, || program.run(ctx)).map(Some)
+        // Defence in depth: the verifier rules out every input known to make rbpf panic, but a
+        // panic inside the VM must not take the scheduler down; it counts as a failed run.
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with_env(&mut env, || program.run(ctx))
+        }));
+        match run {
+            Ok(r) => r.map(Some),
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(VmError::Run {
+                    hook,
+                    msg: format!("the VM panicked: {msg}"),
+                })
+            }
+        }
     }
 }
 
