@@ -216,3 +216,17 @@ fn rejects_bad_helper_calls_and_instructions() {
     let e = verify(Hook::TaskInit, &xadd, &maps(), Limits::default()).unwrap_err();
     assert!(e.to_string().contains("not supported"), "{e}");
 }
+
+#[test]
+fn extreme_pointer_offsets_are_rejected_not_overflowed() {
+    rejects(
+        Hook::TaskInit,
+        "mov64 r2, r10\nlddw r3, 0x8000000000000000\nsub64 r2, r3\nexit",
+        "out of range",
+    );
+    rejects(
+        Hook::TaskInit,
+        "mov64 r2, r10\nlddw r3, 0x7fffffffffffffff\nadd64 r2, r3\nexit",
+        "out of range",
+    );
+}

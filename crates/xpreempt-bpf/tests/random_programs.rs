@@ -82,6 +82,14 @@ fn instruction() -> impl Strategy<Value = Vec<[u8; 8]>> {
             )]),
         (0i16..4).prop_map(|o| vec![insn(0x05, 0, 0, o, 0)]),
         (reg.clone(), 0i32..3).prop_map(|(d, m)| vec![insn(0x18, d, 1, 0, m), insn(0, 0, 0, 0, 0)]),
+        (reg.clone(), any::<i32>(), any::<i32>())
+            .prop_map(|(d, lo, hi)| vec![insn(0x18, d, 0, 0, lo), insn(0, 0, 0, 0, hi)]),
+        (
+            prop::sample::select(&ALU_OPS[..]),
+            reg.clone(),
+            any::<i32>()
+        )
+            .prop_map(|(op, d, i)| vec![insn(op | 0x07, d, 0, 0, i)]),
         prop::sample::select(&[1i32, 2, 3, 5, 6, 100, 7][..])
             .prop_map(|h| vec![insn(0x85, 0, 0, 0, h)]),
         Just(vec![insn(0x95, 0, 0, 0, 0)]),

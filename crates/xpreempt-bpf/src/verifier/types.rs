@@ -395,7 +395,7 @@ fn slot_of(stack_off: i64) -> usize {
 fn offset_ptr(p: Val, delta: i64, reg: usize) -> Res<Val> {
     // Offsets stay small so that later bounds arithmetic cannot overflow.
     let bump = |o: i64| -> Res<i64> {
-        let n = o.checked_add(delta).filter(|n| n.abs() < 1 << 30);
+        let n = o.checked_add(delta).filter(|n| n.unsigned_abs() < 1 << 30);
         n.ok_or_else(|| format!("pointer offset in r{reg} out of range"))
     };
     match p {
