@@ -296,6 +296,28 @@ mod tests {
         assert!(h.policy().is_none());
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_jit_runs_verified_programs_without_helper_calls() {
+        let src = "ldxw r2, [r1+32]\nadd64 r2, 10\nstxw [r1+40], r2\nstw [r1+44], 1\nexit";
+        let object = PolicyObject {
+            maps: Vec::new(),
+            programs: vec![ProgramCode {
+                hook: Hook::TaskInit,
+                code: asm(src),
+            }],
+        };
+        let opts = LoadOptions {
+            mode: crate::ExecMode::Jit,
+            ..LoadOptions::default()
+        };
+        let mut h = BpfHooks::new(Policy::from_object("jit", object, opts).expect("JIT-compiled"));
+        assert_eq!(h.policy().unwrap().programs()[0].mode, crate::ExecMode::Jit);
+        let mut q = QueueInfo::new(QueueId(1), 32);
+        h.task_init(&mut q);
+        assert_eq!((q.priority, q.interleave), (42, Some(0)));
+    }
+
     #[test]
     fn negating_the_most_negative_number_wraps() {
         let mut h = BpfHooks::new(policy(

@@ -87,18 +87,16 @@ impl Program {
         for r in regions {
             vm.register_allowed_memory(r.clone());
         }
+        // rbpf 0.4.1's x86-64 JIT calls helpers with the stack 8 bytes off the 16-byte alignment
+        // the ABI requires, and Rust helpers then crash (SIGSEGV on aligned SSE stores). So the
+        // JIT gets only programs that call no helper; the others stay on the interpreter.
+        let mode = if mode == ExecMode::Jit && calls_helpers(slice) {
+            tracing::info!(%hook, "calls helpers: runs on the interpreter, not the JIT");
+            ExecMode::Interpreter
+        } else {
+            mode
+        };
         if mode == ExecMode::Jit {
-            if calls_helpers(slice) {
-                // rbpf 0.4.1's x86-64 JIT calls helpers with the stack 8 bytes off the 16-byte
-                // alignment the ABI requires; Rust helpers then crash (SIGSEGV on aligned SSE
-                // stores). Such programs stay on the interpreter.
-                return Err(VmError::Jit {
-                    hook,
-                    msg: "rbpf's JIT misaligns the stack when calling helpers; programs that call \
-                          helpers must use the interpreter"
-                        .into(),
-                });
-            }
             Self::jit(&mut vm, hook)?;
         }
         Ok(Self {

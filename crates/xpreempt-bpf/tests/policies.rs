@@ -177,16 +177,25 @@ fn get_queue_info_and_trace_see_the_runtime_state() {
 
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn jit_is_refused_for_programs_that_call_helpers() {
+fn jit_mode_compiles_helper_free_programs_and_interprets_the_rest() {
     let bytes = common::object("lcbe");
-    let err = Policy::load(
-        "lcbe",
-        &bytes,
-        LoadOptions {
-            mode: ExecMode::Jit,
-            ..LoadOptions::default()
-        },
-    )
-    .unwrap_err();
-    assert!(err.to_string().contains("misaligns the stack"), "{err}");
+    let opts = LoadOptions {
+        mode: ExecMode::Jit,
+        ..LoadOptions::default()
+    };
+    let jit = Policy::load("lcbe", &bytes, opts).unwrap();
+    let modes: Vec<_> = jit.programs().iter().map(|p| (p.hook, p.mode)).collect();
+    assert_eq!(
+        modes,
+        vec![
+            (Hook::TaskInit, ExecMode::Interpreter),
+            (Hook::Schedule, ExecMode::Jit),
+            (Hook::WorkSubmit, ExecMode::Interpreter),
+            (Hook::TaskDestroy, ExecMode::Interpreter),
+        ]
+    );
+    let mut h = BpfHooks::new(jit);
+    h.task_init(&mut queue(1, 5));
+    assert!(h.admit(QueueId(1), 1, 0));
+    assert_eq!(h.stats().failures, [0; 4]);
 }
