@@ -4,8 +4,8 @@
 //! (falling off the end of the code, a byte-swap of width 8); its JIT checks no memory access at
 //! all. So every program passes this verifier first, which proves:
 //! - every instruction is one the interpreter implements, with valid registers and fields;
-//! - every jump goes forward to an instruction inside the program (no back-edges, so no loops),
-//!   and no path falls off the end;
+//! - every jump lands on an instruction inside the program; the control-flow graph has no cycle
+//!   (a depth-first search finds no back edge), so there are no loops; no path falls off the end;
 //! - no path is longer than the per-call instruction budget (rbpf cannot count instructions at
 //!   run time; a loop-free program executes each instruction at most once per path, so the
 //!   longest path is an exact bound on the work of one call);
@@ -289,5 +289,4 @@ mod types;
 use types::{Slot, State, Val};
 
 #[cfg(test)]
-#[path = "../verifier_tests.rs"]
 mod tests;
