@@ -20,6 +20,16 @@ fn main() {
         include.join("xpreempt_bpf.h").display()
     );
     let mut errors = Vec::new();
+    // Without a runnable clang one message says it all.
+    let clang_ok = match Command::new(&clang).arg("--version").output() {
+        Ok(_) => true,
+        Err(e) => {
+            errors.push(format!(
+                "cannot run `{clang}` ({e}); install it: apt-get install -y clang"
+            ));
+            false
+        }
+    };
     for dir in [root.join("policies"), manifest.join("tests/bpf")] {
         println!("cargo:rerun-if-changed={}", dir.display());
         let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -33,7 +43,11 @@ fn main() {
         sources.sort();
         for src in sources {
             println!("cargo:rerun-if-changed={}", src.display());
-            if let Err(e) = compile(&clang, &include, &src, &out) {
+            let stale = out.join(src.with_extension("o").file_name().unwrap_or_default());
+            if !clang_ok {
+                // A stale object from an earlier build must not stand in for this one.
+                let _ = std::fs::remove_file(stale);
+            } else if let Err(e) = compile(&clang, &include, &src, &out) {
                 errors.push(e);
             }
         }
@@ -49,6 +63,8 @@ fn main() {
 fn compile(clang: &str, include: &Path, src: &Path, out: &Path) -> Result<(), String> {
     let stem = src.file_stem().and_then(|s| s.to_str()).unwrap_or("policy");
     let obj = out.join(format!("{stem}.o"));
+    // A stale object from an earlier build must not stand in for one that fails to build now.
+    let _ = std::fs::remove_file(&obj);
     let result = Command::new(clang)
         .args(["-target", "bpf", "-mcpu=v3", "-O2", "-Wall", "-c"])
         .arg("-I")
