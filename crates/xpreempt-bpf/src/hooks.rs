@@ -282,7 +282,10 @@ mod tests {
             err.contains("policy `broken`") && err.contains("task_init"),
             "{err}"
         );
-        assert!(err.contains("out of bounds memory load (insn #"), "{err}");
+        assert!(
+            err.contains("out of bounds memory load (instruction 1)"),
+            "{err}"
+        );
         assert_eq!(h.policy().unwrap().name(), "five");
         assert_eq!(h.stats().failures, [1, 0, 0, 0]);
         // With nothing to fall back to, the scheduler's defaults apply.

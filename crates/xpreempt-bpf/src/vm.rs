@@ -36,6 +36,25 @@ impl Drop for OwnedCode {
     }
 }
 
+/// rbpf's memory errors count the instruction after the faulting one (its counter has already
+/// moved on); say which instruction it was, as the verifier numbers them.
+fn renumber(msg: &str) -> String {
+    let Some(at) = msg.find("(insn #") else {
+        return msg.to_string();
+    };
+    let rest = &msg[at + 7..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    match digits.parse::<usize>() {
+        Ok(n) if msg.contains("out of bounds memory") && n > 0 => format!(
+            "{}(instruction {}{}",
+            &msg[..at],
+            n - 1,
+            &rest[digits.len()..]
+        ),
+        _ => msg.to_string(),
+    }
+}
+
 fn calls_helpers(code: &[u8]) -> bool {
     let mut pc = 0;
     while pc * 8 < code.len() {
@@ -145,7 +164,7 @@ impl Program {
     pub fn run(&self, ctx: &mut [u8]) -> Result<u64, VmError> {
         let fail = |e: std::io::Error| VmError::Run {
             hook: self.hook,
-            msg: e.to_string(),
+            msg: renumber(&e.to_string()),
         };
         match self.mode {
             // rbpf writes through the context slice (its Raw VM passes its `&mut` on as `&[u8]`
