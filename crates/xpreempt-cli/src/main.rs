@@ -3,6 +3,7 @@
 
 mod demo;
 mod output;
+mod policy;
 mod sim;
 
 use anyhow::Result;
@@ -31,6 +32,8 @@ enum Command {
     Version,
     /// A small scheduling demo on the reference backend (virtual clock, no GPU).
     Demo(demo::Args),
+    /// Load an eBPF policy and read or write its maps.
+    Policy(policy::Args),
     /// Run a scenario on the AMD queue-hardware model under none, lv1, scheme-a, lv2 and lv3.
     Sim(sim::Args),
 }
@@ -45,6 +48,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Version => output::version(&out),
         Command::Demo(args) => demo::run(&out, &args),
+        Command::Policy(args) => policy::run(&out, &args),
         Command::Sim(args) => sim::run(&out, &args),
     }
 }

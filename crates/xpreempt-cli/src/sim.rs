@@ -16,9 +16,14 @@ pub struct Args {
     /// Write Chrome/Perfetto trace events of every mode to this file.
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Scheme B policy instead of the scenario's (hpf, fifo, rr, bandwidth, edf, lcbe).
+    /// Scheme B policy instead of the scenario's (hpf, fifo, rr, bandwidth, edf, lcbe), or an
+    /// eBPF object (FILE.o) whose programs run at the scheduler's hooks in lv1/lv2/lv3, with the
+    /// contents of the maps pinned by `xpreempt policy`.
     #[arg(long)]
     policy: Option<String>,
+    /// With an eBPF --policy: the policy that decides which queues run (default: the scenario's).
+    #[arg(long)]
+    base_policy: Option<String>,
     /// Override the scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
@@ -44,22 +49,21 @@ fn load(args: &Args) -> Result<Scenario> {
 }
 
 pub fn run(out: &Output, args: &Args) -> Result<()> {
-    if let Some(p) = &args.policy
-        && p.ends_with(".o")
-    {
-        anyhow::bail!(
-            "--policy {p}: eBPF policy objects are not wired into `sim` yet; use a built-in policy name ({})",
-            xpreempt_core::policy::POLICY_NAMES.join(", ")
-        );
-    }
     let scenario = load(args)?;
     if args.bench {
         return bench(out, &scenario);
     }
-    let opts = SimOptions {
-        trace: args.trace.is_some(),
-        policy: args.policy.clone(),
-        hooks: None,
+    let opts = match args.policy.as_deref() {
+        Some(p) if crate::policy::is_object(p) => SimOptions {
+            trace: args.trace.is_some(),
+            policy: args.base_policy.clone(),
+            hooks: Some(crate::policy::sim_hooks(p)?),
+        },
+        _ => SimOptions {
+            trace: args.trace.is_some(),
+            policy: args.policy.clone(),
+            hooks: None,
+        },
     };
     let (rep, runs) = report::simulate(&scenario, &Mode::ALL, &opts)?;
     if let Some(path) = &args.trace {
