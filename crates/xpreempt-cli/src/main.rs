@@ -4,6 +4,8 @@
 mod bench;
 mod demo;
 mod output;
+mod policy;
+mod sim;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -33,6 +35,10 @@ enum Command {
     Demo(demo::Args),
     /// Benchmarks on a real GPU (CUDA): preemption latency, LC/BE sharing, overhead.
     Bench(bench::Args),
+    /// Load an eBPF policy and read or write its maps.
+    Policy(policy::Args),
+    /// Run a scenario on the AMD queue-hardware model under none, lv1, scheme-a, lv2 and lv3.
+    Sim(sim::Args),
 }
 
 fn main() -> Result<()> {
@@ -46,5 +52,7 @@ fn main() -> Result<()> {
         Command::Version => output::version(&out),
         Command::Demo(args) => demo::run(&out, &args),
         Command::Bench(args) => bench::run(&out, &args),
+        Command::Policy(args) => policy::run(&out, &args),
+        Command::Sim(args) => sim::run(&out, &args),
     }
 }

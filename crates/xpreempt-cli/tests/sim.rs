@@ -1,0 +1,104 @@
+//! `xpreempt sim` as a user runs it: the built-in scenario from any directory, the JSON shape,
+//! byte-identical repeats, traces, and clear errors for bad scenario files.
+
+use std::process::{Command, Output};
+
+fn xpreempt_in(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xpreempt"))
+        .args(args)
+        .current_dir(dir)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run xpreempt")
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("xpreempt-sim-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+#[test]
+fn sim_json_has_the_promised_shape_and_repeats_byte_for_byte() {
+    let dir = tmp("json");
+    let a = xpreempt_in(&dir, &["--json", "sim"]);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let b = xpreempt_in(&dir, &["sim", "--json"]);
+    assert_eq!(a.stdout, b.stdout, "same scenario and seed, same bytes");
+    let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    assert_eq!(v["scenario"], "train-vs-infer");
+    let modes = v["modes"].as_array().unwrap();
+    let names: Vec<&str> = modes.iter().map(|m| m["mode"].as_str().unwrap()).collect();
+    assert_eq!(names, ["none", "lv1", "scheme-a", "lv2", "lv3"]);
+    for m in modes {
+        let mut keys: Vec<&str> = m.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "exactly_once",
+                "latency_ratio",
+                "mode",
+                "preempt_latency_us",
+                "preemptions",
+                "resumes",
+                "tasks"
+            ]
+        );
+        assert!(
+            m["preempt_latency_us"].get("p50").is_some()
+                && m["preempt_latency_us"].get("p99").is_some()
+        );
+        assert_eq!(m["exactly_once"], true);
+        for t in m["tasks"].as_array().unwrap() {
+            assert!(t["name"].is_string() && t["priority"].is_i64() && t["latency_us"].is_f64());
+        }
+    }
+    let lv3 = modes.iter().find(|m| m["mode"] == "lv3").unwrap();
+    assert!(lv3["latency_ratio"].as_f64().unwrap() > 3.0);
+}
+
+#[test]
+fn sim_table_and_trace() {
+    let dir = tmp("trace");
+    let trace = dir.join("t.json");
+    let o = xpreempt_in(&dir, &["sim", "--trace", trace.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = String::from_utf8_lossy(&o.stdout);
+    for m in ["none", "lv1", "scheme-a", "lv2", "lv3"] {
+        assert!(table.lines().any(|l| l.starts_with(m)), "{table}");
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let ev = doc["traceEvents"].as_array().unwrap();
+    let pids: std::collections::BTreeSet<u64> =
+        ev.iter().filter_map(|e| e["pid"].as_u64()).collect();
+    assert_eq!(pids.len(), 5, "one process per mode");
+    assert!(ev.iter().any(|e| e["ph"] == "i" && e["name"] == "preempt"));
+}
+
+#[test]
+fn bad_scenarios_get_a_clear_error() {
+    let dir = tmp("bad");
+    let o = xpreempt_in(&dir, &["sim", "missing.toml"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("missing.toml"));
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "name = \"x\"\n[[tasks]]\nname = \"a\"\npriority = 1\nkernels = 0\nkernel = { workgroups = 1, wg_us = 1.0 }\n").unwrap();
+    let o = xpreempt_in(&dir, &["sim", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("kernels") && err.contains("task `a`"), "{err}");
+    let o = xpreempt_in(&dir, &["sim", "--policy", "lottery"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("lottery"));
+}
+
+#[test]
+fn bench_reports_workgroups_per_second() {
+    let dir = tmp("bench");
+    let o = xpreempt_in(&dir, &["--json", "sim", "--bench"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["total_workgroups_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["modes"].as_array().unwrap().len(), 5);
+}
