@@ -56,8 +56,12 @@ fn a_high_priority_burst_overtakes_a_busy_low_queue_and_nothing_is_lost() {
             low.submit(kernel(1_000_000)).unwrap();
         }
         std::thread::sleep(Duration::from_millis(5));
-        let mut last = 0;
-        for _ in 0..5 {
+        let mut last = high.submit(kernel(100_000)).unwrap();
+        assert!(
+            low.is_suspended(),
+            "{level}: the high queue's first submission suspends the low queue before it returns"
+        );
+        for _ in 1..5 {
             last = high.submit(kernel(100_000)).unwrap();
         }
         high.wait(last).unwrap();
@@ -74,7 +78,7 @@ fn a_high_priority_burst_overtakes_a_busy_low_queue_and_nothing_is_lost() {
             low.stats().preemptions >= 1,
             "{level}: the low queue was never suspended"
         );
-        assert!(sched.stats().unwrap().preemptions >= 1);
+        assert!(sched.stats().preemptions >= 1);
         for (q, n) in [(&low, BE_KERNELS), (&high, 5)] {
             assert_eq!(q.hal().completed(), n);
             for seq in 0..n {
@@ -86,4 +90,55 @@ fn a_high_priority_burst_overtakes_a_busy_low_queue_and_nothing_is_lost() {
             }
         }
     }
+}
+
+#[test]
+fn the_timer_thread_rotates_round_robin_turns() {
+    let dev = RefDevice::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clock = {
+        let (dev, stop) = (dev.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                dev.advance_to(start.elapsed().as_nanos() as u64);
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        })
+    };
+    let rr = policy::RoundRobin {
+        timeslice_ns: 2_000_000,
+    };
+    let sched = LocalScheduler::start(Scheduler::new(Box::new(rr))).unwrap();
+    let queues: Vec<_> = (0..2)
+        .map(|id| {
+            let hal = dev.create_queue(Level::Lv3);
+            let q = XQueue::new(
+                QueueId(id),
+                QueueConfig::new(2, 1, Level::Lv3).unwrap(),
+                hal.max_level(),
+            );
+            let shared = Arc::new(SharedXQueue::new(q, hal, Some(sched.sink())));
+            sched.register(
+                QueueInfo::new(QueueId(id), 0),
+                shared.clone() as Arc<dyn Preemptible>,
+            );
+            shared
+        })
+        .collect();
+    for q in &queues {
+        for _ in 0..20 {
+            q.submit(kernel(1_000_000)).unwrap();
+        }
+    }
+    for q in &queues {
+        q.wait_all().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    clock.join().unwrap();
+    // 2 x 20 ms of work in 2 ms turns: each queue is suspended several times, by timers alone.
+    for q in &queues {
+        assert!(q.stats().preemptions >= 3, "{:?}", q.stats().preemptions);
+    }
+    assert!(sched.stats().checks > 10);
 }

@@ -329,6 +329,25 @@ impl<P> XQueue<P> {
         }
     }
 
+    /// The watermark to synchronize on so that command `seq` is seen complete, asking the hardware
+    /// for a sync point if none covers it yet. `None` while the command cannot complete by
+    /// waiting (not launched yet, or stopped by the hardware).
+    pub fn sync_target<H: HwQueue<Payload = P>>(
+        &mut self,
+        hal: &H,
+        seq: Seq,
+    ) -> Result<Option<Seq>, QueueOpError> {
+        let launched = self.in_flight.back().is_some_and(|e| e.seq >= seq);
+        if seq < self.completed || !launched || self.hw_stopped.is_some() {
+            return Ok(None);
+        }
+        if let Some(&b) = self.sync_points.iter().find(|&&b| b > seq) {
+            return Ok(Some(b));
+        }
+        self.record_sync(hal)?;
+        Ok(self.sync_points.back().copied())
+    }
+
     /// Makes the completion of everything in flight observable.
     pub fn record_sync<H: HwQueue<Payload = P>>(&mut self, hal: &H) -> Result<(), QueueOpError> {
         let Some(last) = self.in_flight.back() else {

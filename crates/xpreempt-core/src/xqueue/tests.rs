@@ -62,6 +62,29 @@ fn the_watcher_plan_waits_for_sync_points_then_the_tail() {
 }
 
 #[test]
+fn a_waiter_gets_a_sync_point_that_covers_its_command() {
+    let (_dev, hal, mut q) = setup(Level::Lv3, 8, 4);
+    for _ in 0..6 {
+        q.submit(&hal, kernel(1, 10), 0).unwrap();
+    }
+    // Sync point after command 3 (watermark 4); nothing covers 4 and 5 yet.
+    assert_eq!(q.sync_target(&hal, 2).unwrap(), Some(4));
+    assert_eq!(q.sync_target(&hal, 5).unwrap(), Some(6));
+    assert_eq!(
+        q.sync_target(&hal, 4).unwrap(),
+        Some(6),
+        "the new sync point covers it"
+    );
+    assert_eq!(q.sync_target(&hal, 6).unwrap(), None, "not submitted");
+    q.suspend(&hal, 0).unwrap();
+    assert_eq!(
+        q.sync_target(&hal, 2).unwrap(),
+        None,
+        "stopped work does not complete"
+    );
+}
+
+#[test]
 fn a_lv1_suspension_drains_the_window_and_measures_it() {
     let (dev, hal, mut q) = setup(Level::Lv1, 2, 1);
     for _ in 0..5 {

@@ -130,26 +130,53 @@ where
         }
     }
 
-    /// Blocks until command `seq` has completed.
+    /// Blocks until command `seq` has completed. A launched command is waited for on the
+    /// hardware from this thread, so completion is seen without a hand-off from the watcher.
     pub fn wait(&self, seq: Seq) -> Result<(), HalError> {
-        let mut q = self.inner.lock();
-        while q.completed() <= seq {
-            if self.watcher.is_none() {
-                drop(q);
-                std::thread::sleep(Duration::from_micros(50));
-                let now = self.inner.now();
-                q = self.inner.lock();
-                let _ = q.poll(&self.inner.hal, now);
-                continue;
+        // Cleared for a hardware that cannot block (a virtual clock): then the watcher reports.
+        let mut direct = true;
+        loop {
+            let target = {
+                let mut q = self.inner.lock();
+                if q.completed() > seq {
+                    return Ok(());
+                }
+                match direct.then(|| q.sync_target(&self.inner.hal, seq)) {
+                    Some(Ok(Some(t))) => Some(t),
+                    Some(Err(e)) => return Err(e.source),
+                    _ => {
+                        // Not launched, stopped, or a hardware that cannot block: the watcher
+                        // reports progress.
+                        drop(
+                            self.inner
+                                .progress
+                                .wait_timeout(q, Duration::from_millis(1))
+                                .unwrap_or_else(|p| p.into_inner()),
+                        );
+                        None
+                    }
+                }
+            };
+            let Some(target) = target else { continue };
+            match self.inner.hal.synchronize(target) {
+                Ok(()) => {}
+                Err(HalError::WouldBlock(_)) if self.watcher.is_some() => {
+                    direct = false;
+                    continue;
+                }
+                Err(HalError::WouldBlock(_)) => std::thread::sleep(Duration::from_micros(50)),
+                Err(e) => return Err(e),
             }
-            q = self
-                .inner
-                .progress
-                .wait_timeout(q, Duration::from_millis(100))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            let now = self.inner.now();
+            let polled = self.inner.lock().poll(&self.inner.hal, now);
+            match polled {
+                Ok(Some(event)) => self.inner.report(self.id, event),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(%e, "launch from the pending buffer failed; the watcher retries")
+                }
+            }
         }
-        Ok(())
     }
 
     /// Blocks until everything submitted so far has completed.
