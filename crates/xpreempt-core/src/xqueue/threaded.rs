@@ -167,6 +167,11 @@ where
                 Err(HalError::WouldBlock(_)) => std::thread::sleep(Duration::from_micros(50)),
                 Err(e) => return Err(e),
             }
+            if self.watcher.is_some() && self.inner.hal.completed() > seq {
+                // The watcher wakes on the same sync point and reports Idle; leaving that (and the
+                // resumes it may cause) to it keeps them off the waiter's critical path.
+                return Ok(());
+            }
             let now = self.inner.now();
             let polled = self.inner.lock().poll(&self.inner.hal, now);
             match polled {
