@@ -242,9 +242,10 @@ impl<P> XQueue<P> {
         }
         self.suspended = true;
         self.stats.preemptions += 1;
-        self.stopping_since = Some(now);
         self.resuming_since = None;
         self.reap(hal);
+        // A queue with nothing in flight stops at once; timing it would only add zeros.
+        self.stopping_since = (!self.in_flight.is_empty()).then_some(now);
         let mut result = Ok(true);
         if !self.in_flight.is_empty() && self.level >= Level::Lv2 {
             let (op, outcome) = if self.level == Level::Lv3 {
