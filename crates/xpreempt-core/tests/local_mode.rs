@@ -12,6 +12,39 @@ use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId,
 
 const BE_KERNELS: u64 = 100;
 
+/// Moves the reference device's virtual clock along with the wall clock until dropped.
+struct WallClock {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WallClock {
+    fn start(dev: &RefDevice) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (dev, flag) = (dev.clone(), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            let start = Instant::now();
+            while !flag.load(Ordering::Relaxed) {
+                dev.advance_to(start.elapsed().as_nanos() as u64);
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for WallClock {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 fn kernel(block_ns: u64) -> Command<RefKernel> {
     Command::kernel(RefKernel {
         blocks: 1,
@@ -24,17 +57,7 @@ fn kernel(block_ns: u64) -> Command<RefKernel> {
 fn a_high_priority_burst_overtakes_a_busy_low_queue_and_nothing_is_lost() {
     for level in [Level::Lv1, Level::Lv2, Level::Lv3] {
         let dev = RefDevice::new();
-        let stop = Arc::new(AtomicBool::new(false));
-        let clock = {
-            let (dev, stop) = (dev.clone(), Arc::clone(&stop));
-            std::thread::spawn(move || {
-                let start = Instant::now();
-                while !stop.load(Ordering::Relaxed) {
-                    dev.advance_to(start.elapsed().as_nanos() as u64);
-                    std::thread::sleep(Duration::from_micros(20));
-                }
-            })
-        };
+        let clock = WallClock::start(&dev);
         let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
         let make = |id: u32, prio| {
             let hal = dev.create_queue(level);
@@ -67,8 +90,7 @@ fn a_high_priority_burst_overtakes_a_busy_low_queue_and_nothing_is_lost() {
         high.wait(last).unwrap();
         let low_done_when_high_finished = low.hal().completed();
         low.wait_all().unwrap();
-        stop.store(true, Ordering::Relaxed);
-        clock.join().unwrap();
+        drop(clock);
 
         assert!(
             low_done_when_high_finished < BE_KERNELS,
@@ -95,17 +117,7 @@ fn a_high_priority_burst_overtakes_a_busy_low_queue_and_nothing_is_lost() {
 #[test]
 fn the_timer_thread_rotates_round_robin_turns() {
     let dev = RefDevice::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    let clock = {
-        let (dev, stop) = (dev.clone(), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
-                dev.advance_to(start.elapsed().as_nanos() as u64);
-                std::thread::sleep(Duration::from_micros(20));
-            }
-        })
-    };
+    let clock = WallClock::start(&dev);
     let rr = policy::RoundRobin {
         timeslice_ns: 2_000_000,
     };
@@ -134,8 +146,7 @@ fn the_timer_thread_rotates_round_robin_turns() {
     for q in &queues {
         q.wait_all().unwrap();
     }
-    stop.store(true, Ordering::Relaxed);
-    clock.join().unwrap();
+    drop(clock);
     // 2 x 20 ms of work in 2 ms turns: each queue is suspended several times, by timers alone.
     for q in &queues {
         assert!(q.stats().preemptions >= 3, "{:?}", q.stats().preemptions);
