@@ -59,9 +59,9 @@ impl LocalScheduler {
     /// The sink a queue reports to; give it to the queue at creation.
     pub fn sink(&self) -> EventSink {
         let shared = Arc::clone(&self.shared);
-        Arc::new(move |queue: QueueId, event: QueueEvent| {
+        Arc::new(move |queue: QueueId, event: QueueEvent, pending: usize| {
             let ev = match event {
-                QueueEvent::Ready => SchedEvent::Ready { queue, pending: 0 },
+                QueueEvent::Ready => SchedEvent::Ready { queue, pending },
                 QueueEvent::Idle => SchedEvent::Idle(queue),
             };
             shared.dispatch(ev);

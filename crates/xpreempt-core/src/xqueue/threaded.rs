@@ -16,8 +16,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Where a queue reports Ready/Idle (the scheduler's inbox).
-pub type EventSink = Arc<dyn Fn(QueueId, QueueEvent) + Send + Sync>;
+/// Where a queue reports Ready/Idle, with its pending count (the scheduler's inbox).
+pub type EventSink = Arc<dyn Fn(QueueId, QueueEvent, usize) + Send + Sync>;
 
 /// What the scheduler may do to a queue, whatever its backend.
 pub trait Preemptible: Send + Sync {
@@ -96,14 +96,19 @@ where
     pub fn submit(&self, command: Command<H::Payload>) -> Result<Seq, TrySubmitError<H::Payload>> {
         if self.inner.refused.load(Ordering::Relaxed) {
             // Ask again: the scheduler re-runs admission on a Ready report.
-            self.inner.report(self.id, QueueEvent::Ready);
+            let pending = self.inner.lock().pending_len();
+            self.inner.report(self.id, QueueEvent::Ready, pending);
             return Err(TrySubmitError::Busy(self.id, command));
         }
         let now = self.inner.now();
-        let submitted = self.inner.lock().submit(&self.inner.hal, command, now)?;
+        let (submitted, pending) = {
+            let mut q = self.inner.lock();
+            let submitted = q.submit(&self.inner.hal, command, now)?;
+            (submitted, q.pending_len())
+        };
         if let Some(event) = submitted.event {
             self.inner.work.notify_one();
-            self.inner.report(self.id, event);
+            self.inner.report(self.id, event, pending);
         }
         Ok(submitted.seq)
     }
@@ -175,7 +180,7 @@ where
             let now = self.inner.now();
             let polled = self.inner.lock().poll(&self.inner.hal, now);
             match polled {
-                Ok(Some(event)) => self.inner.report(self.id, event),
+                Ok(Some(event)) => self.inner.report(self.id, event, 0),
                 Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(%e, "launch from the pending buffer failed; the watcher retries")
@@ -251,9 +256,9 @@ impl<H: HwQueue> Inner<H> {
         self.epoch.elapsed().as_nanos() as Nanos
     }
 
-    fn report(&self, id: QueueId, event: QueueEvent) {
+    fn report(&self, id: QueueId, event: QueueEvent, pending: usize) {
         if let Some(sink) = &self.sink {
-            sink(id, event);
+            sink(id, event, pending);
         }
     }
 }
@@ -310,7 +315,7 @@ fn watch<H: HwQueue>(inner: &Inner<H>) {
         };
         inner.progress.notify_all();
         match polled {
-            Ok(Some(event)) => inner.report(id, event),
+            Ok(Some(event)) => inner.report(id, event, 0),
             Ok(None) => {}
             Err(e) => tracing::warn!(%e, "launch from the pending buffer failed; will retry"),
         }
