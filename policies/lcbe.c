@@ -8,8 +8,9 @@
  * LC: long timeslice (10 s), interleave LOW (runs alone), priority raised by LC_BOOST.
  * BE: short timeslice (200 us), interleave HIGH, priority unchanged.
  * Adaptive: over windows of at least 1 s, a queue submitting more than 1000 commands/s becomes
- * LC and one submitting fewer than 100/s becomes BE. As in the seed, the class applies when the
- * queue is (re)created: task_init is the only hook that sets parameters.
+ * LC and one submitting fewer than 100/s becomes BE. task_init is the only hook that sets
+ * parameters; the scheduler runs it again whenever an idle queue gets work, so a learned class
+ * takes effect at the queue's next burst without re-creating it.
  */
 #include "xpreempt_bpf.h"
 

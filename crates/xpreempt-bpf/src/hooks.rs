@@ -141,8 +141,9 @@ impl BpfHooks {
     }
 }
 
-impl Hooks for BpfHooks {
-    fn task_init(&mut self, info: &mut QueueInfo) {
+impl BpfHooks {
+    /// Runs `task_init` over `info` and applies its outputs.
+    fn run_task_init(&mut self, info: &mut QueueInfo) {
         let default_ts = info.hints.timeslice_ns.unwrap_or(0);
         let mut c = TaskInitCtx {
             queue_id: info.id.0 as u64,
@@ -181,6 +182,12 @@ impl Hooks for BpfHooks {
                 _ => {}
             }
         }
+    }
+}
+
+impl Hooks for BpfHooks {
+    fn task_init(&mut self, info: &mut QueueInfo) {
+        self.run_task_init(info);
         self.queues.insert(
             info.id.0 as u64,
             QueueInfoOut {
@@ -194,6 +201,20 @@ impl Hooks for BpfHooks {
                 last_submit_ns: 0,
             },
         );
+    }
+
+    /// Runs `task_init` again over what the queue declared, so that classes learned by
+    /// `work_submit` (e.g. a submit rate) take effect while the queue lives.
+    fn reclassify(&mut self, declared: &QueueInfo) -> Option<QueueInfo> {
+        self.active.as_ref()?;
+        let mut info = declared.clone();
+        self.run_task_init(&mut info);
+        if let Some(q) = self.queues.get_mut(&(info.id.0 as u64)) {
+            q.priority = info.priority;
+            q.interleave = ctx::encode_interleave(info.interleave);
+            q.timeslice_ns = info.hints.timeslice_ns.unwrap_or(0);
+        }
+        Some(info)
     }
 
     fn admit(&mut self, queue: QueueId, pending: usize, running: usize) -> bool {

@@ -66,10 +66,16 @@ fn lcbe_adapts_class_from_submit_rate() {
         0u32.to_le_bytes(),
         "slow queue became BE"
     );
-    // The class applies when the queue is created again.
-    let mut again = queue(10, 0);
-    h.task_init(&mut again);
-    assert_eq!(again.priority, 1000);
+    // The scheduler reclassifies a queue that becomes ready again: the rate-learned class wins
+    // over what the queue declared (priority 0 would be BE, priority 5 LC).
+    let fast_now = h.reclassify(&queue(10, 0)).unwrap();
+    assert_eq!(fast_now.priority, 1000);
+    assert_eq!(fast_now.hints.latency_critical, Some(true));
+    assert_eq!(fast_now.interleave, Some(0));
+    let slow_now = h.reclassify(&queue(11, 5)).unwrap();
+    assert_eq!(slow_now.priority, 5);
+    assert_eq!(slow_now.hints.latency_critical, Some(false));
+    assert_eq!(slow_now.hints.timeslice_ns, Some(200_000));
     // task_destroy cleans both maps.
     h.task_destroy(fast, 123);
     let p = h.policy().unwrap();

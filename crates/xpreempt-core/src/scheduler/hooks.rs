@@ -37,6 +37,14 @@ pub trait Hooks: Send {
         let _ = info;
     }
 
+    /// A queue that was idle has work again. May derive its settings anew from what it declared at
+    /// creation (`declared`, before `task_init`) and what the hooks learned since, such as its
+    /// submit rate; `None` keeps the current ones.
+    fn reclassify(&mut self, declared: &QueueInfo) -> Option<QueueInfo> {
+        let _ = declared;
+        None
+    }
+
     /// A queue asks to run with `pending` commands while `running` queues run. `false` refuses
     /// admission: the submitter is told to back off and retry.
     fn admit(&mut self, queue: QueueId, pending: usize, running: usize) -> bool {

@@ -68,6 +68,8 @@ pub enum SchedError {
 
 #[derive(Clone, Debug)]
 struct Entry {
+    /// What the queue asked for at creation and through later events, before any hook.
+    declared: QueueInfo,
     info: QueueInfo,
     active: bool,
     allowed: bool,
@@ -159,10 +161,11 @@ impl Scheduler {
     pub fn handle(&mut self, now: Nanos, event: SchedEvent) -> Result<&[Action], SchedError> {
         self.actions.clear();
         match event {
-            SchedEvent::Created(mut info) => {
-                if self.queues.contains_key(&info.id) {
-                    return Err(SchedError::DuplicateQueue(info.id));
+            SchedEvent::Created(declared) => {
+                if self.queues.contains_key(&declared.id) {
+                    return Err(SchedError::DuplicateQueue(declared.id));
                 }
+                let mut info = declared.clone();
                 if let Some(h) = self.hooks.as_mut() {
                     h.task_init(&mut info);
                 }
@@ -170,7 +173,7 @@ impl Scheduler {
                     queue: info.id,
                     source,
                 })?;
-                self.queues.insert(info.id, Entry::new(info));
+                self.queues.insert(info.id, Entry::new(declared, info));
             }
             SchedEvent::Destroyed(id) => {
                 let mut e = self
@@ -183,6 +186,21 @@ impl Scheduler {
                 }
             }
             SchedEvent::Ready { queue, pending } => {
+                let declared = &self
+                    .queues
+                    .get(&queue)
+                    .ok_or(SchedError::UnknownQueue(queue))?
+                    .declared;
+                let fresh = match self.hooks.as_mut() {
+                    Some(h) if !self.queues[&queue].active => h.reclassify(declared),
+                    _ => None,
+                };
+                if let Some(info) = fresh {
+                    match info.hints.validate() {
+                        Ok(()) => self.entry(queue)?.info = info,
+                        Err(e) => tracing::warn!(%queue, %e, "reclassification ignored"),
+                    }
+                }
                 let running = self.queues.values().filter(|e| e.is_running()).count();
                 let admitted = match self.hooks.as_mut() {
                     Some(h) => h.admit(queue, pending, running),
@@ -215,9 +233,15 @@ impl Scheduler {
                 hints
                     .validate()
                     .map_err(|source| SchedError::Hint { queue, source })?;
-                self.entry(queue)?.info.hints = hints;
+                let e = self.entry(queue)?;
+                e.declared.hints = hints;
+                e.info.hints = hints;
             }
-            SchedEvent::Priority { queue, priority } => self.entry(queue)?.info.priority = priority,
+            SchedEvent::Priority { queue, priority } => {
+                let e = self.entry(queue)?;
+                e.declared.priority = priority;
+                e.info.priority = priority;
+            }
             SchedEvent::Timer => {}
         }
         self.check(now);
@@ -332,8 +356,9 @@ impl Scheduler {
 }
 
 impl Entry {
-    fn new(info: QueueInfo) -> Self {
+    fn new(declared: QueueInfo, info: QueueInfo) -> Self {
         Self {
+            declared,
             info,
             active: false,
             allowed: true,

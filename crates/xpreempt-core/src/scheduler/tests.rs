@@ -143,6 +143,46 @@ fn hooks_set_priority_and_refuse_admission() {
     assert_eq!(s.stats().refusals, 1);
 }
 
+/// Promotes a queue to priority 50 once it has seen 3 submissions.
+#[derive(Default)]
+struct PromoteBusy(u32);
+impl Hooks for PromoteBusy {
+    fn work_submit(&mut self, _: QueueId, _: crate::OpKind, _: crate::Seq, _: Nanos) {
+        self.0 += 1;
+    }
+    fn reclassify(&mut self, declared: &QueueInfo) -> Option<QueueInfo> {
+        (self.0 >= 3).then(|| QueueInfo {
+            priority: 50,
+            ..declared.clone()
+        })
+    }
+}
+
+#[test]
+fn hooks_reclassify_a_queue_when_it_becomes_ready_again() {
+    let mut s = hpf().with_hooks(Box::new(PromoteBusy::default()));
+    create(&mut s, 0, 1);
+    create(&mut s, 1, 9);
+    ready(&mut s, 0, 0);
+    assert_eq!(s.queue_info(QueueId(0)).unwrap().priority, 1);
+    for seq in 0..3 {
+        s.hooks_mut()
+            .unwrap()
+            .work_submit(QueueId(0), crate::OpKind::Kernel, seq, 0);
+    }
+    ready(&mut s, 1, 0);
+    assert_eq!(
+        s.queue_info(QueueId(0)).unwrap().priority,
+        1,
+        "only an idle queue is reclassified"
+    );
+    s.handle(2, SchedEvent::Idle(QueueId(0))).unwrap();
+    ready(&mut s, 3, 0);
+    assert_eq!(s.queue_info(QueueId(0)).unwrap().priority, 50);
+    ready(&mut s, 4, 1);
+    assert!(s.is_allowed(QueueId(0)) && !s.is_allowed(QueueId(1)));
+}
+
 #[test]
 fn bad_events_are_errors_not_panics() {
     let mut s = hpf();
