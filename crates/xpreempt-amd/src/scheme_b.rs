@@ -274,6 +274,10 @@ impl SchemeB {
                     tracing::debug!(queue = %q, "admission refused");
                     Ok(())
                 }
+                Action::Admit(q) => {
+                    tracing::debug!(queue = %q, "admitted again");
+                    Ok(())
+                }
             };
             if let Err(e) = outcome {
                 tracing::warn!(error = %e, "scheduler action failed");

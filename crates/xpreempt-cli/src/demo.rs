@@ -215,6 +215,7 @@ fn apply(lanes: &mut [Lane], action: Action, now: Nanos) -> Result<()> {
             l.queue.resume(&l.hal, now)?;
         }
         Action::Refuse(q) => tracing::info!(queue = %q, "admission refused"),
+        Action::Admit(q) => tracing::info!(queue = %q, "admitted again"),
     }
     Ok(())
 }

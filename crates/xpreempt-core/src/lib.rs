@@ -6,6 +6,8 @@
 //! [`reference`] backend runs on a virtual clock so that everything above the HAL can be tested
 //! without a GPU.
 
+#![forbid(unsafe_code)]
+
 pub mod command;
 pub mod hal;
 pub mod hints;

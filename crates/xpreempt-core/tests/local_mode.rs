@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use xpreempt_core::reference::{RefDevice, RefKernel};
 use xpreempt_core::scheduler::local::LocalScheduler;
-use xpreempt_core::scheduler::{QueueInfo, Scheduler};
-use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
+use xpreempt_core::scheduler::{Hooks, QueueInfo, Scheduler};
+use xpreempt_core::xqueue::QueueOpError;
+use xpreempt_core::xqueue::threaded::{Preemptible, Report, SharedXQueue, TrySubmitError};
 use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId, XQueue, policy};
 
 const BE_KERNELS: u64 = 100;
@@ -152,4 +153,123 @@ fn the_timer_thread_rotates_round_robin_turns() {
         assert!(q.stats().preemptions >= 3, "{:?}", q.stats().preemptions);
     }
     assert!(sched.stats().checks > 10);
+}
+
+/// Records what the scheduler does to it.
+#[derive(Default)]
+struct Probe {
+    id: u32,
+    suspended: AtomicBool,
+    refused: AtomicBool,
+}
+
+impl Preemptible for Probe {
+    fn queue_id(&self) -> QueueId {
+        QueueId(self.id)
+    }
+    fn suspend(&self) -> Result<Option<Report>, QueueOpError> {
+        self.suspended.store(true, Ordering::Relaxed);
+        Ok(None)
+    }
+    fn resume(&self) -> Result<Option<Report>, QueueOpError> {
+        self.suspended.store(false, Ordering::Relaxed);
+        Ok(None)
+    }
+    fn set_refused(&self, refused: bool) {
+        self.refused.store(refused, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_report_that_arrives_after_a_newer_one_is_ignored() {
+    let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
+    let low = Arc::new(Probe {
+        id: 0,
+        ..Probe::default()
+    });
+    let high = Arc::new(Probe {
+        id: 1,
+        ..Probe::default()
+    });
+    sched.register(QueueInfo::new(QueueId(0), 1), low.clone());
+    sched.register(QueueInfo::new(QueueId(1), 9), high.clone());
+    let sink = sched.sink();
+    sink(
+        QueueId(0),
+        Report::Ready {
+            pending: 1,
+            generation: 1,
+        },
+    );
+    sink(
+        QueueId(1),
+        Report::Ready {
+            pending: 1,
+            generation: 1,
+        },
+    );
+    assert!(low.suspended.load(Ordering::Relaxed));
+    // The high queue went idle (generation 2) and got work again (3), but the reports crossed.
+    sink(
+        QueueId(1),
+        Report::Ready {
+            pending: 1,
+            generation: 3,
+        },
+    );
+    sink(QueueId(1), Report::Idle { generation: 2 });
+    assert!(
+        low.suspended.load(Ordering::Relaxed),
+        "a stale Idle let the low queue run"
+    );
+    sink(QueueId(1), Report::Idle { generation: 4 });
+    assert!(!low.suspended.load(Ordering::Relaxed));
+}
+
+struct DenyUntilIdle;
+impl Hooks for DenyUntilIdle {
+    fn admit(&mut self, queue: QueueId, _: usize, _: usize) -> bool {
+        queue.0 != 1
+    }
+}
+
+#[test]
+fn a_refused_submitter_gets_busy_and_others_keep_running() {
+    let dev = RefDevice::new();
+    let clock = WallClock::start(&dev);
+    let sched = LocalScheduler::start(
+        Scheduler::new(policy::by_name("hpf").unwrap()).with_hooks(Box::new(DenyUntilIdle)),
+    )
+    .unwrap();
+    let make = |id: u32, prio| {
+        let hal = dev.create_queue(Level::Lv3);
+        let q = XQueue::new(
+            QueueId(id),
+            QueueConfig::new(4, 2, Level::Lv3).unwrap(),
+            hal.max_level(),
+        );
+        let shared = Arc::new(SharedXQueue::new(q, hal, Some(sched.sink())));
+        sched.register(
+            QueueInfo::new(QueueId(id), prio),
+            shared.clone() as Arc<dyn Preemptible>,
+        );
+        shared
+    };
+    let low = make(0, 1);
+    let refused = make(1, 9);
+    for _ in 0..10 {
+        low.submit(kernel(100_000)).unwrap();
+    }
+    // The first submission is taken and held; then the queue answers busy.
+    refused.submit(kernel(100_000)).unwrap();
+    let busy = refused.submit_with_retry(kernel(100_000), Duration::from_millis(2));
+    assert!(matches!(busy, Err(TrySubmitError::Busy(..))), "{busy:?}");
+    low.wait_all().unwrap();
+    drop(clock);
+    assert_eq!(
+        low.hal().completed(),
+        10,
+        "the refused high queue starved the low one"
+    );
+    assert!(sched.stats().refusals >= 2, "{:?}", sched.stats());
 }

@@ -8,18 +8,19 @@
 
 use super::{Action, QueueInfo, SchedEvent, Scheduler};
 use crate::stats::SchedulerStats;
-use crate::xqueue::QueueEvent;
-use crate::xqueue::threaded::{EventSink, Preemptible};
+use crate::xqueue::threaded::{EventSink, Preemptible, Report};
 use crate::{Nanos, QueueId};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 struct State {
     scheduler: Scheduler,
     queues: BTreeMap<QueueId, Arc<dyn Preemptible>>,
+    /// The newest report applied per queue: an older one arriving late is stale.
+    generations: BTreeMap<QueueId, u64>,
 }
 
 struct Shared {
@@ -41,6 +42,7 @@ impl LocalScheduler {
             state: Mutex::new(State {
                 scheduler,
                 queues: BTreeMap::new(),
+                generations: BTreeMap::new(),
             }),
             timer: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -56,15 +58,14 @@ impl LocalScheduler {
         })
     }
 
-    /// The sink a queue reports to; give it to the queue at creation.
+    /// The sink a queue reports to; give it to the queue at creation. It holds the scheduler
+    /// weakly, so queues do not keep a dropped scheduler alive.
     pub fn sink(&self) -> EventSink {
-        let shared = Arc::clone(&self.shared);
-        Arc::new(move |queue: QueueId, event: QueueEvent, pending: usize| {
-            let ev = match event {
-                QueueEvent::Ready => SchedEvent::Ready { queue, pending },
-                QueueEvent::Idle => SchedEvent::Idle(queue),
-            };
-            shared.dispatch(ev);
+        let shared: Weak<Shared> = Arc::downgrade(&self.shared);
+        Arc::new(move |queue: QueueId, report: Report| {
+            if let Some(shared) = shared.upgrade() {
+                shared.report(queue, report);
+            }
         })
     }
 
@@ -77,7 +78,9 @@ impl LocalScheduler {
     /// The queue is going away; the scheduler forgets it.
     pub fn unregister(&self, queue: QueueId) {
         self.shared.dispatch(SchedEvent::Destroyed(queue));
-        self.shared.lock().queues.remove(&queue);
+        let mut st = self.shared.lock();
+        st.queues.remove(&queue);
+        st.generations.remove(&queue);
     }
 
     pub fn send(&self, event: SchedEvent) {
@@ -91,6 +94,7 @@ impl LocalScheduler {
 
 impl Drop for LocalScheduler {
     fn drop(&mut self) {
+        self.shared.lock().queues.clear();
         self.shared.shutdown.store(true, Ordering::Relaxed);
         self.shared.timer.notify_all();
         if let Some(t) = self.timer.take() {
@@ -108,16 +112,58 @@ impl Shared {
         self.epoch.elapsed().as_nanos() as Nanos
     }
 
-    /// Decides and applies on the calling thread. Queues never hold their own lock while
-    /// reporting, so taking queue locks under the scheduler lock cannot deadlock.
+    /// A queue's report, decided and applied on the calling thread.
+    fn report(&self, queue: QueueId, report: Report) {
+        let mut st = self.lock();
+        if let Some(event) = st.accept(queue, report) {
+            self.decide(&mut st, event);
+        }
+    }
+
     fn dispatch(&self, event: SchedEvent) {
         let mut st = self.lock();
+        self.decide(&mut st, event);
+    }
+
+    /// Decides and applies, then whatever the actions themselves report, until nothing is left.
+    /// Queues never hold their own lock while reporting, and hand back what suspend/resume
+    /// changed instead of reporting it, so taking queue locks under the scheduler lock cannot
+    /// deadlock.
+    fn decide(&self, st: &mut State, event: SchedEvent) {
         let before = st.scheduler.next_wake();
-        let now = self.now();
-        let State { scheduler, queues } = &mut *st;
-        match scheduler.handle(now, event) {
-            Ok(actions) => apply(queues, actions),
-            Err(e) => tracing::warn!(%e, "scheduler event ignored"),
+        let mut work = vec![event];
+        while let Some(event) = work.pop() {
+            let now = self.now();
+            let actions = match st.scheduler.handle(now, event) {
+                Ok(actions) => actions.to_vec(),
+                Err(e) => {
+                    tracing::warn!(%e, "scheduler event ignored");
+                    continue;
+                }
+            };
+            for action in actions {
+                let (id, result) = match action {
+                    Action::Suspend(id) => (id, st.queues.get(&id).map(|q| q.suspend())),
+                    Action::Resume(id) => (id, st.queues.get(&id).map(|q| q.resume())),
+                    Action::Refuse(id) | Action::Admit(id) => {
+                        if let Some(q) = st.queues.get(&id) {
+                            q.set_refused(matches!(action, Action::Refuse(_)));
+                        }
+                        continue;
+                    }
+                };
+                match result {
+                    Some(Ok(Some(report))) => work.extend(st.accept(id, report)),
+                    Some(Ok(None)) => {}
+                    Some(Err(e)) => {
+                        tracing::warn!(%e, "scheduler action failed");
+                        if matches!(action, Action::Resume(_)) {
+                            let _ = st.scheduler.resume_failed(id, self.now());
+                        }
+                    }
+                    None => tracing::debug!(queue = %id, "action for an unregistered queue"),
+                }
+            }
         }
         let after = st.scheduler.next_wake();
         if after.is_some() && (before.is_none() || after < before) {
@@ -126,24 +172,22 @@ impl Shared {
     }
 }
 
-fn apply(queues: &BTreeMap<QueueId, Arc<dyn Preemptible>>, actions: &[Action]) {
-    for action in actions {
-        let (id, result) = match *action {
-            Action::Suspend(id) => (id, queues.get(&id).map(|q| q.suspend())),
-            Action::Resume(id) => (id, queues.get(&id).map(|q| q.resume())),
-            Action::Refuse(id) => (
-                id,
-                queues.get(&id).map(|q| {
-                    q.refuse();
-                    Ok(())
-                }),
-            ),
+impl State {
+    /// The event a report stands for, or `None` for a report older than one already applied.
+    fn accept(&mut self, queue: QueueId, report: Report) -> Option<SchedEvent> {
+        let generation = match report {
+            Report::Ready { generation, .. } | Report::Idle { generation } => generation,
+            Report::Retry => return Some(SchedEvent::Admission(queue)),
         };
-        match result {
-            Some(Err(e)) => tracing::warn!(%e, "scheduler action failed"),
-            None => tracing::debug!(queue = %id, "action for an unregistered queue"),
-            Some(Ok(())) => {}
+        let last = self.generations.entry(queue).or_insert(0);
+        if generation <= *last {
+            return None;
         }
+        *last = generation;
+        Some(match report {
+            Report::Ready { pending, .. } => SchedEvent::Ready { queue, pending },
+            _ => SchedEvent::Idle(queue),
+        })
     }
 }
 

@@ -36,6 +36,8 @@ pub enum SchedEvent {
         pending: usize,
     },
     Idle(QueueId),
+    /// A queue refused admission asks again (its submitter retried); its activity is unchanged.
+    Admission(QueueId),
     Hints {
         queue: QueueId,
         hints: Hints,
@@ -54,7 +56,12 @@ pub enum Action {
     Resume(QueueId),
     /// Admission refused: tell the submitter to back off and retry (it stays suspended).
     Refuse(QueueId),
+    /// A queue refused earlier is admitted again (or went idle): its submitter may go on.
+    Admit(QueueId),
 }
+
+/// How long after a failed resume the scheduler tries again.
+pub const RESUME_RETRY_NS: Nanos = 1_000_000;
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum SchedError {
@@ -201,29 +208,29 @@ impl Scheduler {
                         Err(e) => tracing::warn!(%queue, %e, "reclassification ignored"),
                     }
                 }
-                let running = self.queues.values().filter(|e| e.is_running()).count();
-                let admitted = match self.hooks.as_mut() {
-                    Some(h) => h.admit(queue, pending, running),
-                    None => true,
-                };
+                self.admission(queue, pending)?;
                 let e = self.entry(queue)?;
                 e.pending = pending;
-                e.refused = !admitted;
                 if !e.active {
                     e.active = true;
                     e.active_since = Some(now);
                     e.waiting_since = Some(now);
                 }
-                if !admitted {
-                    self.stats.refusals += 1;
-                    self.actions.push(Action::Refuse(queue));
+            }
+            SchedEvent::Admission(queue) => {
+                let pending = self.entry(queue)?.pending;
+                if self.queues[&queue].refused {
+                    self.admission(queue, pending)?;
                 }
             }
             SchedEvent::Pending { queue, pending } => self.entry(queue)?.pending = pending,
             SchedEvent::Idle(queue) => {
                 let e = self.entry(queue)?;
                 e.active = false;
-                e.refused = false;
+                if std::mem::take(&mut e.refused) {
+                    self.actions.push(Action::Admit(queue));
+                }
+                let e = self.entry(queue)?;
                 e.pending = 0;
                 e.active_since = None;
                 e.waiting_since = None;
@@ -246,6 +253,35 @@ impl Scheduler {
         }
         self.check(now);
         Ok(&self.actions)
+    }
+
+    /// A resume the scheduler asked for failed in hardware (the queue stayed suspended): decide
+    /// again after [`RESUME_RETRY_NS`], which asks for the resume anew.
+    pub fn resume_failed(&mut self, queue: QueueId, now: Nanos) -> Result<(), SchedError> {
+        let e = self.entry(queue)?;
+        e.allowed = false;
+        e.stop_running(now);
+        let retry = now + RESUME_RETRY_NS;
+        self.next_wake = Some(self.next_wake.map_or(retry, |w| w.min(retry)));
+        Ok(())
+    }
+
+    /// Runs the admission hook for a queue asking to run, and says what changed.
+    fn admission(&mut self, queue: QueueId, pending: usize) -> Result<(), SchedError> {
+        let running = self.queues.values().filter(|e| e.is_running()).count();
+        let admitted = match self.hooks.as_mut() {
+            Some(h) => h.admit(queue, pending, running),
+            None => true,
+        };
+        let e = self.entry(queue)?;
+        let was_refused = std::mem::replace(&mut e.refused, !admitted);
+        if !admitted {
+            self.stats.refusals += 1;
+            self.actions.push(Action::Refuse(queue));
+        } else if was_refused {
+            self.actions.push(Action::Admit(queue));
+        }
+        Ok(())
     }
 
     fn entry(&mut self, queue: QueueId) -> Result<&mut Entry, SchedError> {
@@ -382,7 +418,12 @@ impl Entry {
     }
 
     fn view(&self, now: Nanos, aging: Option<Aging>) -> QueueView {
-        let state = match (self.active, self.allowed, self.running_since) {
+        // A refused queue does not compete: its work waits for admission, not for the device.
+        let state = match (
+            self.active && !self.refused,
+            self.allowed,
+            self.running_since,
+        ) {
             (false, _, _) => QueueState::Idle,
             (true, false, _) => QueueState::Suspended,
             (true, true, Some(_)) => QueueState::Running,

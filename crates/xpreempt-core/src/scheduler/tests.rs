@@ -184,6 +184,43 @@ fn hooks_reclassify_a_queue_when_it_becomes_ready_again() {
 }
 
 #[test]
+fn a_refused_queue_neither_competes_nor_stays_refused_once_idle() {
+    let mut s = hpf().with_hooks(Box::new(DenyQueue(1)));
+    create(&mut s, 0, 1);
+    create(&mut s, 1, 2);
+    ready(&mut s, 0, 0);
+    ready(&mut s, 1, 1);
+    // q1 (priority 102 after task_init) is refused: it must not push q0 aside.
+    assert!(s.is_allowed(QueueId(0)), "a refused queue took the device");
+    // Asking again changes nothing while the hook still refuses, and does not make it active.
+    let actions = s
+        .handle(2, SchedEvent::Admission(QueueId(1)))
+        .unwrap()
+        .to_vec();
+    assert_eq!(actions, vec![Action::Refuse(QueueId(1))]);
+    assert_eq!(s.stats().refusals, 2);
+    let actions = s.handle(3, SchedEvent::Idle(QueueId(1))).unwrap().to_vec();
+    assert!(actions.contains(&Action::Admit(QueueId(1))), "{actions:?}");
+}
+
+#[test]
+fn a_failed_resume_is_asked_for_again() {
+    let mut s = hpf();
+    create(&mut s, 0, 1);
+    create(&mut s, 1, 9);
+    ready(&mut s, 0, 0);
+    ready(&mut s, 1, 1);
+    let actions = s.handle(2, SchedEvent::Idle(QueueId(1))).unwrap().to_vec();
+    assert_eq!(actions, vec![Action::Resume(QueueId(0))]);
+    s.resume_failed(QueueId(0), 2).unwrap();
+    assert!(!s.is_allowed(QueueId(0)));
+    let retry = s.next_wake().expect("a retry is scheduled");
+    assert_eq!(retry, 2 + RESUME_RETRY_NS);
+    let actions = s.handle(retry, SchedEvent::Timer).unwrap().to_vec();
+    assert_eq!(actions, vec![Action::Resume(QueueId(0))]);
+}
+
+#[test]
 fn bad_events_are_errors_not_panics() {
     let mut s = hpf();
     assert_eq!(

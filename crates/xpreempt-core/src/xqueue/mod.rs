@@ -96,6 +96,10 @@ pub struct XQueue<P> {
     hw_stopped: Option<Level>,
     stopping_since: Option<Nanos>,
     resuming_since: Option<Nanos>,
+    /// Whether the last event reported was Ready (true) or Idle (false).
+    reported_active: bool,
+    /// Events reported so far: orders reports that travel on different threads.
+    transitions: u64,
     stats: QueueStats,
 }
 
@@ -116,6 +120,8 @@ impl<P> XQueue<P> {
             hw_stopped: None,
             stopping_since: None,
             resuming_since: None,
+            reported_active: false,
+            transitions: 0,
             stats: QueueStats::default(),
         }
     }
@@ -154,6 +160,16 @@ impl<P> XQueue<P> {
         self.completed
     }
 
+    /// How many Ready/Idle events this queue has produced; the last one has this number.
+    pub fn transitions(&self) -> u64 {
+        self.transitions
+    }
+
+    /// A suspension or resumption is under way and not yet settled in hardware.
+    pub fn is_settling(&self) -> bool {
+        self.stopping_since.is_some() || self.resuming_since.is_some()
+    }
+
     pub fn is_suspended(&self) -> bool {
         self.suspended
     }
@@ -182,7 +198,6 @@ impl<P> XQueue<P> {
         command: Command<P>,
         now: Nanos,
     ) -> Result<Submitted, SubmitError<P>> {
-        let was_idle = self.is_idle();
         let seq = self.next_seq;
         let entry = Launched { seq, command };
         if self.pending.is_empty() && self.window_open() {
@@ -202,18 +217,41 @@ impl<P> XQueue<P> {
         let _ = now;
         Ok(Submitted {
             seq,
-            event: was_idle.then_some(QueueEvent::Ready),
+            event: self.take_event(),
         })
     }
 
     /// Takes in completions, finishes suspend/resume bookkeeping, and launches what the window
-    /// allows. Returns `Idle` when the last command completes.
+    /// allows. Returns `Idle` once the last command has completed, whichever call saw it happen.
     pub fn poll<H: HwQueue<Payload = P>>(
         &mut self,
         hal: &H,
         now: Nanos,
     ) -> Result<Option<QueueEvent>, QueueOpError> {
-        let was_idle = self.is_idle();
+        self.progress(hal, now)?;
+        Ok(self.take_event())
+    }
+
+    /// The event owed to the scheduler, if the queue's activity changed since the last one.
+    pub fn take_event(&mut self) -> Option<QueueEvent> {
+        let active = !self.is_idle();
+        if active == self.reported_active {
+            return None;
+        }
+        self.reported_active = active;
+        self.transitions += 1;
+        Some(if active {
+            QueueEvent::Ready
+        } else {
+            QueueEvent::Idle
+        })
+    }
+
+    fn progress<H: HwQueue<Payload = P>>(
+        &mut self,
+        hal: &H,
+        now: Nanos,
+    ) -> Result<(), QueueOpError> {
         self.reap(hal);
         self.note_settled(hal, now);
         if !self.suspended {
@@ -227,7 +265,7 @@ impl<P> XQueue<P> {
                 }
             }
         }
-        Ok((!was_idle && self.is_idle()).then_some(QueueEvent::Idle))
+        Ok(())
     }
 
     /// Stops the queue: no new launches, and at Lv2/Lv3 the hardware stops what is in flight. A
@@ -303,7 +341,7 @@ impl<P> XQueue<P> {
         } else {
             self.stats.resume_latency.record(0);
         }
-        self.poll(hal, now)?;
+        self.progress(hal, now)?;
         Ok(true)
     }
 

@@ -85,6 +85,25 @@ fn a_waiter_gets_a_sync_point_that_covers_its_command() {
 }
 
 #[test]
+fn idle_is_reported_even_when_suspend_or_resume_saw_the_last_completion() {
+    let (dev, hal, mut q) = setup(Level::Lv1, 4, 2);
+    q.submit(&hal, kernel(1, 100), 0).unwrap();
+    dev.advance_to(100);
+    q.suspend(&hal, 100).unwrap(); // takes in the completion itself
+    assert!(q.is_idle());
+    assert_eq!(q.poll(&hal, 100).unwrap(), Some(QueueEvent::Idle));
+    assert_eq!(q.poll(&hal, 100).unwrap(), None, "reported once");
+
+    q.resume(&hal, 150).unwrap();
+    q.submit(&hal, kernel(1, 100), 200).unwrap();
+    dev.advance_to(300);
+    q.suspend(&hal, 300).unwrap();
+    q.resume(&hal, 300).unwrap();
+    assert_eq!(q.take_event(), Some(QueueEvent::Idle));
+    assert_eq!(q.transitions(), 4, "ready, idle, ready, idle");
+}
+
+#[test]
 fn a_lv1_suspension_drains_the_window_and_measures_it() {
     let (dev, hal, mut q) = setup(Level::Lv1, 2, 1);
     for _ in 0..5 {

@@ -16,16 +16,46 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Where a queue reports Ready/Idle, with its pending count (the scheduler's inbox).
-pub type EventSink = Arc<dyn Fn(QueueId, QueueEvent, usize) + Send + Sync>;
+/// What a threaded queue tells the scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Report {
+    /// The queue has work; `generation` orders reports that race on different threads (the
+    /// newest wins).
+    Ready {
+        pending: usize,
+        generation: u64,
+    },
+    Idle {
+        generation: u64,
+    },
+    /// A submission was refused admission and asks again; the queue's activity is unchanged.
+    Retry,
+}
 
-/// What the scheduler may do to a queue, whatever its backend.
+impl Report {
+    fn of(event: QueueEvent, pending: usize, generation: u64) -> Self {
+        match event {
+            QueueEvent::Ready => Report::Ready {
+                pending,
+                generation,
+            },
+            QueueEvent::Idle => Report::Idle { generation },
+        }
+    }
+}
+
+/// Where a queue reports (the scheduler's inbox). Never called while the queue's lock is held.
+pub type EventSink = Arc<dyn Fn(QueueId, Report) + Send + Sync>;
+
+/// What the scheduler may do to a queue, whatever its backend. Suspend and resume may change
+/// the queue's activity (they take in completions); the report comes back to the caller instead
+/// of going through the sink, since the caller is usually the scheduler itself.
 pub trait Preemptible: Send + Sync {
     fn queue_id(&self) -> QueueId;
-    fn suspend(&self) -> Result<(), QueueOpError>;
-    fn resume(&self) -> Result<(), QueueOpError>;
-    /// Admission refused: submissions answer busy until the scheduler resumes the queue.
-    fn refuse(&self);
+    fn suspend(&self) -> Result<Option<Report>, QueueOpError>;
+    fn resume(&self) -> Result<Option<Report>, QueueOpError>;
+    /// While refused, submissions answer busy and ask for admission again.
+    fn set_refused(&self, refused: bool);
 }
 
 struct Inner<H: HwQueue> {
@@ -76,7 +106,7 @@ where
         let watcher_inner = Arc::clone(&inner);
         let watcher = std::thread::Builder::new()
             .name(format!("xpreempt-{id}"))
-            .spawn(move || watch(&watcher_inner))
+            .spawn(move || watch(&watcher_inner, id))
             .ok();
         if watcher.is_none() {
             tracing::error!(queue = %id, "could not start the completion watcher; waits will poll");
@@ -95,20 +125,21 @@ where
     /// The hot path: launches at once when the queue may run and has room.
     pub fn submit(&self, command: Command<H::Payload>) -> Result<Seq, TrySubmitError<H::Payload>> {
         if self.inner.refused.load(Ordering::Relaxed) {
-            // Ask again: the scheduler re-runs admission on a Ready report.
-            let pending = self.inner.lock().pending_len();
-            self.inner.report(self.id, QueueEvent::Ready, pending);
+            self.inner.report(self.id, Report::Retry);
             return Err(TrySubmitError::Busy(self.id, command));
         }
         let now = self.inner.now();
-        let (submitted, pending) = {
+        let (submitted, report) = {
             let mut q = self.inner.lock();
             let submitted = q.submit(&self.inner.hal, command, now)?;
-            (submitted, q.pending_len())
+            let report = submitted
+                .event
+                .map(|e| Report::of(e, q.pending_len(), q.transitions()));
+            (submitted, report)
         };
-        if let Some(event) = submitted.event {
+        if let Some(report) = report {
             self.inner.work.notify_one();
-            self.inner.report(self.id, event, pending);
+            self.inner.report(self.id, report);
         }
         Ok(submitted.seq)
     }
@@ -177,14 +208,8 @@ where
                 // resumes it may cause) to it keeps them off the waiter's critical path.
                 return Ok(());
             }
-            let now = self.inner.now();
-            let polled = self.inner.lock().poll(&self.inner.hal, now);
-            match polled {
-                Ok(Some(event)) => self.inner.report(self.id, event, 0),
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(%e, "launch from the pending buffer failed; the watcher retries")
-                }
+            if let Some(report) = self.inner.poll() {
+                self.inner.report(self.id, report);
             }
         }
     }
@@ -216,24 +241,33 @@ where
         self.id
     }
 
-    fn suspend(&self) -> Result<(), QueueOpError> {
+    fn suspend(&self) -> Result<Option<Report>, QueueOpError> {
         let now = self.inner.now();
-        let r = self.inner.lock().suspend(&self.inner.hal, now);
+        let report = {
+            let mut q = self.inner.lock();
+            q.suspend(&self.inner.hal, now)?;
+            let event = q.poll(&self.inner.hal, now)?;
+            event.map(|e| Report::of(e, q.pending_len(), q.transitions()))
+        };
         self.inner.work.notify_one();
-        r.map(|_| ())
+        Ok(report)
     }
 
-    fn resume(&self) -> Result<(), QueueOpError> {
-        self.inner.refused.store(false, Ordering::Relaxed);
+    fn resume(&self) -> Result<Option<Report>, QueueOpError> {
         let now = self.inner.now();
-        let r = self.inner.lock().resume(&self.inner.hal, now);
+        let report = {
+            let mut q = self.inner.lock();
+            q.resume(&self.inner.hal, now)?;
+            let event = q.take_event();
+            event.map(|e| Report::of(e, q.pending_len(), q.transitions()))
+        };
         self.inner.work.notify_one();
         self.inner.progress.notify_all();
-        r.map(|_| ())
+        Ok(report)
     }
 
-    fn refuse(&self) {
-        self.inner.refused.store(true, Ordering::Relaxed);
+    fn set_refused(&self, refused: bool) {
+        self.inner.refused.store(refused, Ordering::Relaxed);
     }
 }
 
@@ -256,14 +290,31 @@ impl<H: HwQueue> Inner<H> {
         self.epoch.elapsed().as_nanos() as Nanos
     }
 
-    fn report(&self, id: QueueId, event: QueueEvent, pending: usize) {
+    fn report(&self, id: QueueId, report: Report) {
         if let Some(sink) = &self.sink {
-            sink(id, event, pending);
+            sink(id, report);
         }
+    }
+
+    /// Polls the queue and wakes waiters; the report is for the caller to send, unlocked.
+    fn poll(&self) -> Option<Report> {
+        let now = self.now();
+        let report = {
+            let mut q = self.lock();
+            match q.poll(&self.hal, now) {
+                Ok(event) => event.map(|e| Report::of(e, q.pending_len(), q.transitions())),
+                Err(e) => {
+                    tracing::warn!(%e, "launch from the pending buffer failed; will retry");
+                    None
+                }
+            }
+        };
+        self.progress.notify_all();
+        report
     }
 }
 
-fn watch<H: HwQueue>(inner: &Inner<H>) {
+fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
     loop {
         let target = {
             let mut q = inner.lock();
@@ -273,17 +324,32 @@ fn watch<H: HwQueue>(inner: &Inner<H>) {
                 }
                 match q.wait_plan() {
                     WaitPlan::Nothing => {
-                        q = inner
-                            .work
-                            .wait_timeout(q, Duration::from_millis(50))
-                            .unwrap_or_else(|p| p.into_inner())
-                            .0;
-                        // Retries a launch from the pending buffer that failed earlier.
-                        if !q.is_suspended() && q.pending_len() > 0 && q.in_flight_len() == 0 {
-                            let now = inner.now();
-                            if let Err(e) = q.poll(&inner.hal, now) {
-                                tracing::warn!(%e, "launch from the pending buffer failed again");
+                        // Sleep until there is work, except to watch a hardware stop settle or to
+                        // retry a launch that failed.
+                        let retry = !q.is_suspended() && q.pending_len() > 0;
+                        let nap = if q.is_settling() {
+                            Some(Duration::from_micros(100))
+                        } else if retry {
+                            Some(Duration::from_millis(50))
+                        } else {
+                            None
+                        };
+                        q = match nap {
+                            Some(d) => {
+                                inner
+                                    .work
+                                    .wait_timeout(q, d)
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .0
                             }
+                            None => inner.work.wait(q).unwrap_or_else(|p| p.into_inner()),
+                        };
+                        if nap.is_some() {
+                            drop(q);
+                            if let Some(report) = inner.poll() {
+                                inner.report(id, report);
+                            }
+                            q = inner.lock();
                         }
                     }
                     WaitPlan::Synchronize(t) => break t,
@@ -308,16 +374,8 @@ fn watch<H: HwQueue>(inner: &Inner<H>) {
                 std::thread::sleep(Duration::from_micros(100));
             }
         }
-        let now = inner.now();
-        let (id, polled) = {
-            let mut q = inner.lock();
-            (q.id(), q.poll(&inner.hal, now))
-        };
-        inner.progress.notify_all();
-        match polled {
-            Ok(Some(event)) => inner.report(id, event, 0),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(%e, "launch from the pending buffer failed; will retry"),
+        if let Some(report) = inner.poll() {
+            inner.report(id, report);
         }
     }
 }
