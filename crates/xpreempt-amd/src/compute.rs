@@ -144,7 +144,7 @@ impl Compute {
 
     pub fn release(&mut self, cu: u32, waves: u32) {
         if let Some(f) = self.free_waves.get_mut(cu as usize) {
-            *f = (*f + waves).min(self.waves_per_cu);
+            *f = f.saturating_add(waves).min(self.waves_per_cu);
             self.free_total += u64::from(waves);
         }
     }

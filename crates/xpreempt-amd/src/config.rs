@@ -72,6 +72,31 @@ impl Default for CwsrCost {
     }
 }
 
+/// Most wave slots per CU (real parts have 32 to 40): bounds how many workgroups run at once.
+pub const MAX_WAVES_PER_CU: u32 = 1024;
+
+/// The model's clock never reaches this: every time a scenario or [`GpuConfig`] gives, and the
+/// end of the longest run a scenario can make, must stay below 2^62 ns (about 146 years), so
+/// that adding one more delay to any simulated time can never overflow a [`Nanos`].
+pub const MAX_TIME_NS: Nanos = 1 << 62;
+
+/// A time in µs the model accepts: finite, below [`MAX_TIME_NS`], and positive (or, when
+/// `zero_ok`, non-negative).
+pub fn time_us_ok(v: f64, zero_ok: bool) -> bool {
+    v.is_finite() && (v > 0.0 || (zero_ok && v >= 0.0)) && v * 1_000.0 < MAX_TIME_NS as f64
+}
+
+/// Why a time in µs is refused, for error messages.
+pub fn time_us_requirement(zero_ok: bool) -> &'static str {
+    if zero_ok {
+        "a finite, non-negative number of µs below 2^62 ns (4.6e15 µs)"
+    } else {
+        "a finite, positive number of µs below 2^62 ns (4.6e15 µs)"
+    }
+}
+
+/// Converts µs to ns. Non-finite and negative values give 0 and values past the range of
+/// [`Nanos`] saturate; validation refuses both before they get here.
 pub fn us(v: f64) -> Nanos {
     if v.is_finite() && v > 0.0 {
         (v * 1_000.0).round() as Nanos
@@ -92,36 +117,39 @@ impl GpuConfig {
         if self.cus == 0 || self.cus > 4096 {
             return Err(format!("cus must be 1..=4096, got {}", self.cus));
         }
-        if self.waves_per_cu == 0 {
-            return Err("waves_per_cu must be at least 1".into());
+        if self.waves_per_cu == 0 || self.waves_per_cu > MAX_WAVES_PER_CU {
+            return Err(format!(
+                "waves_per_cu must be 1..={MAX_WAVES_PER_CU}, got {}",
+                self.waves_per_cu
+            ));
         }
         if self.cu_groups == 0 || self.cu_groups > self.cus {
             return Err(format!("cu_groups must be 1..=cus, got {}", self.cu_groups));
         }
-        for (name, v) in [
-            ("quantum_us", self.quantum_us),
-            ("unmap_timeout_us", self.unmap_timeout_us),
-        ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(format!("{name} must be a positive number of µs, got {v}"));
-            }
-        }
-        for (name, v) in [
-            ("doorbell_us", self.doorbell_us),
-            ("runlist_us", self.runlist_us),
-            ("cwsr.base_us", self.cwsr.base_us),
-            ("cwsr.per_wave_us", self.cwsr.per_wave_us),
-            ("cwsr.min_us", self.cwsr.min_us),
-            ("cwsr.max_us", self.cwsr.max_us),
-            ("cwsr.reset_us", self.cwsr.reset_us),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
+        for (name, v, zero_ok) in self.times_us() {
+            if !time_us_ok(v, zero_ok) {
                 return Err(format!(
-                    "{name} must be a non-negative number of µs, got {v}"
+                    "{name} must be {}, got {v}",
+                    time_us_requirement(zero_ok)
                 ));
             }
         }
         self.topology.validate().map_err(|e| e.to_string())
+    }
+
+    /// Every time setting: (field, value in µs, whether 0 is allowed).
+    pub fn times_us(&self) -> [(&'static str, f64, bool); 9] {
+        [
+            ("quantum_us", self.quantum_us, false),
+            ("unmap_timeout_us", self.unmap_timeout_us, false),
+            ("doorbell_us", self.doorbell_us, true),
+            ("runlist_us", self.runlist_us, true),
+            ("cwsr.base_us", self.cwsr.base_us, true),
+            ("cwsr.per_wave_us", self.cwsr.per_wave_us, true),
+            ("cwsr.min_us", self.cwsr.min_us, true),
+            ("cwsr.max_us", self.cwsr.max_us, true),
+            ("cwsr.reset_us", self.cwsr.reset_us, true),
+        ]
     }
 }
 

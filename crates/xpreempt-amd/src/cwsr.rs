@@ -175,7 +175,7 @@ impl Gpu {
         self.stats.unmaps += 1;
         if mode != DestroyMode::Drain || running == 0 {
             self.events.push(
-                now + cost,
+                now.saturating_add(cost),
                 crate::device::Ev::UnmapDone {
                     queue: queue.0,
                     generation,
@@ -183,7 +183,7 @@ impl Gpu {
             );
         }
         self.events.push(
-            now + us(self.cfg.unmap_timeout_us),
+            self.after(us(self.cfg.unmap_timeout_us)),
             crate::device::Ev::UnmapTimeout {
                 queue: queue.0,
                 generation,

@@ -412,7 +412,7 @@ impl Gpu {
     pub fn ring_doorbell(&mut self, queue: QueueId, value: u64) -> Result<(), ModelError> {
         self.q_mut(queue)?.ring.ring_doorbell(value);
         self.arm_quantum();
-        let at = self.now + us(self.cfg.doorbell_us);
+        let at = self.after(us(self.cfg.doorbell_us));
         self.events.push(
             at,
             Ev::Doorbell {
@@ -424,6 +424,12 @@ impl Gpu {
     }
 
     // ---- the event loop ----
+
+    /// `delay` from now. Validation keeps the clock and every delay below 2^62 ns; saturating
+    /// keeps a model driven directly with larger times from wrapping.
+    pub(crate) fn after(&self, delay: Nanos) -> Nanos {
+        self.now.saturating_add(delay)
+    }
 
     pub fn next_event_time(&self) -> Option<Nanos> {
         self.events.peek_time()

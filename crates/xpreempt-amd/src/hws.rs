@@ -43,7 +43,7 @@ impl Gpu {
             q.map_cost = cost;
             let generation = q.generation;
             self.events.push(
-                now + cost,
+                now.saturating_add(cost),
                 Ev::MapDone {
                     queue: qi,
                     generation,
@@ -71,7 +71,7 @@ impl Gpu {
         if !self.quantum_armed && self.waiting.iter().any(|&w| self.has_work(w as usize)) {
             self.quantum_armed = true;
             self.events
-                .push(self.now + us(self.cfg.quantum_us), Ev::Quantum);
+                .push(self.after(us(self.cfg.quantum_us)), Ev::Quantum);
         }
     }
 

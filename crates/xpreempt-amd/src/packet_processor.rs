@@ -223,12 +223,13 @@ impl Gpu {
             cu,
             waves,
             start: now,
-            end: now + dur,
+            end: now.saturating_add(dur),
             generation: 0,
             live: true,
         });
         let generation = self.compute.get(slot).map_or(0, |w| w.generation);
-        self.events.push(now + dur, Ev::WgDone { slot, generation });
+        self.events
+            .push(now.saturating_add(dur), Ev::WgDone { slot, generation });
         self.stats.wgs_dispatched += 1;
         if let Some(t) = self.trace.as_mut() {
             t.wg_start(self.compute.group_of(cu), qi as u32, now);

@@ -62,7 +62,9 @@ fn mean(v: &[Nanos]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
-    us(v.iter().sum::<Nanos>() / v.len() as Nanos)
+    // Summed wider than `Nanos`: a million latencies near the 2^62 ns limit would overflow.
+    let sum: u128 = v.iter().map(|&l| u128::from(l)).sum();
+    us((sum / v.len() as u128) as Nanos)
 }
 
 /// Runs `modes` and each task alone; returns the report and the raw runs (traces, stats).

@@ -7,7 +7,7 @@
 use crate::config::{KernelCode, us};
 use crate::device::{Gpu, GpuStats};
 use crate::kfd::{Caller, QueueProps};
-use crate::scenario::Scenario;
+use crate::scenario::{RUN_SLACK_NS, Scenario, ScenarioError};
 use crate::scheme_a::Monitor;
 use crate::scheme_b::{AmdKernel, SchemeB};
 use crate::trace::TraceBuf;
@@ -69,6 +69,13 @@ pub enum RunError {
     },
     #[error("mode {mode}: {reason}")]
     Scheduler { mode: Mode, reason: String },
+    /// The scenario is not one the model can run (see [`Scenario::validate`]).
+    #[error("mode {mode}: {source}")]
+    Scenario {
+        mode: Mode,
+        #[source]
+        source: ScenarioError,
+    },
 }
 
 #[derive(Default)]
@@ -116,6 +123,10 @@ struct Outstanding {
 pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun, RunError> {
     let model = |source| RunError::Model { mode, source };
     let sched = |reason| RunError::Scheduler { mode, reason };
+    // The fields are public, so a scenario may have been changed since it was parsed.
+    scenario
+        .validate()
+        .map_err(|source| RunError::Scenario { mode, source })?;
     let mut gpu = Gpu::new(scenario.gpu.clone()).map_err(model)?;
     if opts.trace {
         gpu.enable_trace();
@@ -193,17 +204,20 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         })
         .collect();
     let mut problems = Vec::new();
-    let serial_work: Nanos = scenario
+    // Validation keeps this below 2^62 ns (`Scenario::horizon_ns`); checked all the same.
+    let limit = scenario
         .tasks
         .iter()
-        .map(|t| {
+        .try_fold(0u64, |sum, t| {
             u64::from(t.arrival.count)
-                * u64::from(t.kernels)
-                * u64::from(t.kernel.workgroups)
-                * us(t.kernel.wg_us)
+                .checked_mul(u64::from(t.kernels))?
+                .checked_mul(u64::from(t.kernel.workgroups))?
+                .checked_mul(us(t.kernel.wg_us))?
+                .checked_add(sum)
         })
-        .sum();
-    let limit = arrivals.last().map_or(0, |a| a.0) + serial_work + 1_000_000_000;
+        .and_then(|serial_work| serial_work.checked_add(arrivals.last().map_or(0, |a| a.0)))
+        .and_then(|t| t.checked_add(RUN_SLACK_NS))
+        .ok_or_else(|| sched("the scenario's run would not fit the model's clock".into()))?;
 
     loop {
         let done = next_arrival == arrivals.len() && outstanding.iter().all(|o| o.is_empty());
@@ -350,7 +364,7 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
                 let made = m
                     .decisions
                     .iter()
-                    .find(|d| d.high == q && d.at >= at && d.at < at + latency);
+                    .find(|d| d.high == q && d.at >= at && d.at < at.saturating_add(latency));
                 if let Some(d) = made {
                     t.detection_delays.push(d.at - at);
                 }
@@ -432,7 +446,7 @@ fn check_exactly_once(
     }
     let mut want = 0u64;
     for (task, t) in scenario.tasks.iter().enumerate() {
-        want += submitted[task] * u64::from(t.kernel.workgroups);
+        want = want.saturating_add(submitted[task].saturating_mul(u64::from(t.kernel.workgroups)));
     }
     if s.wgs_completed != want {
         problems.push(format!(

@@ -68,7 +68,7 @@ impl Monitor {
     pub fn run_due(&mut self, gpu: &mut Gpu, now: Nanos) {
         while self.next_tick <= now {
             self.check(gpu, now);
-            self.next_tick += self.interval;
+            self.next_tick = self.next_tick.saturating_add(self.interval);
         }
         self.note_resumed(gpu, now);
     }

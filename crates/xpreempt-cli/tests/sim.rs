@@ -94,6 +94,23 @@ fn bad_scenarios_get_a_clear_error() {
 }
 
 #[test]
+fn a_scenario_past_the_models_clock_is_an_error_not_a_panic() {
+    let dir = tmp("limits");
+    let bad = dir.join("overflow.toml");
+    std::fs::write(&bad, "name = \"x\"\n[[tasks]]\nname = \"a\"\npriority = 1\nkernels = 1\nkernel = { workgroups = 1, wg_us = 1.0 }\narrival = { at_us = 1e16, count = 2, every_us = 1e16 }\n").unwrap();
+    let o = xpreempt_in(&dir, &["sim", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("overflow.toml")
+            && err.contains("task `a` arrival.at_us")
+            && err.contains("2^62 ns"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bench_reports_workgroups_per_second() {
     let dir = tmp("bench");
     let o = xpreempt_in(&dir, &["--json", "sim", "--bench"]);
