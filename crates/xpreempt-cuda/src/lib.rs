@@ -4,7 +4,8 @@
 //!   CUDA events as sync points; Lv2 block-level preemption for kernels built with
 //!   `xpreempt_guard.cuh` (a device-memory flag set from a high-priority control stream, a
 //!   per-launch completion array, exact relaunch); Lv3 through the channel-group timeslice
-//!   (needs the `xpreempt-shim` ioctl interposer and a tested driver).
+//!   (needs the `xpreempt-shim` ioctl interposer and a tested driver). Lv2 lives in `lv2.rs`;
+//!   [`lv3`] counts the interrupted queues of the process, whose timeslice is one setting.
 //! - [`priority_map`] maps logical priorities onto stream priorities (same context or MPS).
 //! - [`mps`] tells an MPS client from a time-sliced context and picks the level.
 //! - [`bench`] holds the workloads of `xpreempt bench`.
@@ -15,7 +16,11 @@
 pub mod bench;
 pub mod driver;
 pub mod error;
+mod flight;
 pub mod kernel;
+mod launch;
+mod lv2;
+pub mod lv3;
 pub mod mps;
 pub mod nvrtc;
 pub mod priorities;

@@ -1,22 +1,23 @@
-//! `CudaQueue`: the HAL over one CUstream. Lv1 progressive launching with event sync points,
-//! Lv2 block-level preemption through the guard flag, Lv3 through the channel-group timeslice.
+//! `CudaQueue`: the HAL over one CUstream. Lv1 progressive launching with event sync points
+//! (here), Lv2 block-level preemption through the guard flag (`lv2.rs`), Lv3 through the
+//! process-wide channel-group timeslice (`lv3.rs`).
 //!
-//! Lv2 ordering rule: the flag is only set when no unguarded command follows a guarded kernel in
-//! the in-flight window (a memcpy behind a stopped kernel would otherwise run before the kernel's
-//! remaining blocks). Otherwise that suspension drains like Lv1. While stopped, the completion
-//! watermark is frozen: a kernel whose blocks were skipped is not complete, even though its CUDA
-//! event has fired.
+//! Exactly-once rule of `launch`: an `Err` means nothing was handed to the hardware. Whatever can
+//! fail (taking a sync event, a completion slot) happens before the launch; after it, failures
+//! are logged and a later `record_sync`/`synchronize` covers the completion.
 
 use crate::cu;
 use crate::driver::{Device, DeviceBuffer, PinnedWords};
 use crate::error::{CudaError, Result};
-use crate::kernel::{Kernel, MAX_ARGS};
+use crate::flight::Flight;
+use crate::kernel::Kernel;
+use crate::lv2::Relaunch;
+use crate::lv3::Lv3Control;
 use crate::timeslice::Timeslice;
 use cudarc::driver::sys;
 use std::collections::VecDeque;
-use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
-use xpreempt_core::command::{Command, Launched, Op, Seq};
+use xpreempt_core::command::{Command, Launched, Seq};
 use xpreempt_core::{HalError, HwQueue, Level};
 
 /// Settings of one CUDA queue.
@@ -56,33 +57,47 @@ impl Default for CudaQueueConfig {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stop {
+pub(crate) enum Stop {
     Running,
-    /// Flag set; completion frozen at the value it had.
+    /// Flag set; completion frozen at the value it had. Stays so until a reactivate has
+    /// relaunched every stopped kernel.
     Flagged,
     /// Not safe (or nothing) to flag: the window drains as at Lv1.
     Draining,
-    /// Lv3: this context's timeslice is at the minimum.
+    /// Lv3: this queue holds one count of the process's interrupted timeslice.
     Interrupted,
 }
 
-struct Inner {
-    stream: sys::CUstream,
+/// Sync events beyond one per command of the window (record_sync, synchronize).
+const EVENT_MARGIN: usize = 8;
+
+/// Sync events a queue creates up front. The XQueue's window is below `slots` commands, each
+/// sync event proves a distinct watermark inside it, and reaping returns them: steady state never
+/// creates an event on the launch path.
+pub(crate) fn event_pool_size(slots: u32) -> usize {
+    slots as usize + EVENT_MARGIN
+}
+
+pub(crate) struct Inner {
+    pub(crate) stream: sys::CUstream,
     streams: Vec<(i32, sys::CUstream)>,
-    free_events: Vec<sys::CUevent>,
-    /// (watermark the event proves, event), oldest first.
-    sync: VecDeque<(Seq, sys::CUevent)>,
-    completed: Seq,
+    pub(crate) free_events: Vec<sys::CUevent>,
+    /// (watermark the event proves, event), oldest first; watermarks strictly increase.
+    pub(crate) sync: VecDeque<(Seq, sys::CUevent)>,
+    pub(crate) completed: Seq,
     launched: Seq,
-    /// Launched, not known complete: (seq, completion slot of a guarded kernel).
-    flight: VecDeque<(Seq, Option<u32>)>,
-    stop: Stop,
-    stop_event: sys::CUevent,
+    pub(crate) flight: Flight,
+    pub(crate) stop: Stop,
+    /// Progress of a reactivate while `stop` is `Flagged`.
+    pub(crate) relaunch: Relaunch,
+    pub(crate) stop_event: sys::CUevent,
     /// Recorded on the control stream after the flag is cleared; the queue stream waits on it.
-    clear_event: sys::CUevent,
+    pub(crate) clear_event: sys::CUevent,
     move_event: sys::CUevent,
-    next_slot: u32,
-    epoch: u32,
+    pub(crate) next_slot: u32,
+    pub(crate) epoch: u32,
+    /// The pool ran dry once (warned).
+    pool_warned: bool,
 }
 
 // SAFETY: CUDA handles are usable from any thread with the context current; access is locked.
@@ -90,14 +105,14 @@ unsafe impl Send for Inner {}
 
 pub struct CudaQueue {
     device: Arc<Device>,
-    cfg: CudaQueueConfig,
-    level: Level,
+    pub(crate) cfg: CudaQueueConfig,
+    pub(crate) level: Level,
     inner: Mutex<Inner>,
-    control: sys::CUstream,
-    flag: DeviceBuffer,
-    flag_values: PinnedWords,
-    done: DeviceBuffer,
-    lv3: Option<Timeslice>,
+    pub(crate) control: sys::CUstream,
+    pub(crate) flag: DeviceBuffer,
+    pub(crate) flag_values: PinnedWords,
+    pub(crate) done: DeviceBuffer,
+    lv3: Option<Arc<Lv3Control>>,
 }
 
 unsafe impl Send for CudaQueue {}
@@ -128,12 +143,13 @@ impl CudaQueue {
         let (_, greatest) = device.stream_priority_range()?;
         let stream = new_stream(cfg.stream_priority)?;
         let control = new_stream(greatest)?;
-        let mut free_events = Vec::with_capacity(cfg.slots as usize * 2);
-        for _ in 0..cfg.slots * 2 {
+        let pool = event_pool_size(cfg.slots);
+        let mut free_events = Vec::with_capacity(pool);
+        for _ in 0..pool {
             free_events.push(new_event()?);
         }
         let lv3 = if cfg.level >= Level::Lv3 {
-            match Timeslice::probe() {
+            match crate::lv3::shared() {
                 Ok(t) => Some(t),
                 Err(e) => {
                     tracing::warn!(%e, "Lv3 (channel-group timeslice) unavailable; this queue uses Lv2/Lv1");
@@ -151,16 +167,18 @@ impl CudaQueue {
             stream,
             streams: vec![(cfg.stream_priority, stream)],
             free_events,
-            sync: VecDeque::with_capacity(cfg.slots as usize * 2),
+            sync: VecDeque::with_capacity(pool),
             completed: 0,
             launched: 0,
-            flight: VecDeque::with_capacity(cfg.slots as usize * 2),
+            flight: Flight::new(cfg.slots, pool),
             stop: Stop::Running,
+            relaunch: Relaunch::default(),
             stop_event: new_event()?,
             clear_event: new_event()?,
             move_event: new_event()?,
             next_slot: 0,
             epoch: 0,
+            pool_warned: false,
         };
         Ok(Self {
             flag: DeviceBuffer::zeroed(4)?,
@@ -179,13 +197,18 @@ impl CudaQueue {
         &self.device
     }
 
-    /// The Lv3 control of this process's context, when the shim is loaded and the driver tested.
+    /// The timeslice control of this process, when the shim is loaded and the driver tested.
     pub fn timeslice(&self) -> Option<&Timeslice> {
+        self.lv3.as_deref().map(Lv3Control::control)
+    }
+
+    /// The process-wide Lv3 state this queue takes part in.
+    pub fn lv3(&self) -> Option<&Arc<Lv3Control>> {
         self.lv3.as_ref()
     }
 
     /// Makes the device's context current on this thread, once per thread.
-    fn bind(&self) -> Result<()> {
+    pub(crate) fn bind(&self) -> Result<()> {
         thread_local! {
             static BOUND: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
         }
@@ -197,7 +220,7 @@ impl CudaQueue {
         Ok(())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         // A poisoned lock only means another thread panicked; the state is still consistent.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -225,21 +248,50 @@ impl CudaQueue {
         Ok(())
     }
 
-    fn take_event(g: &mut Inner) -> Result<sys::CUevent> {
-        match g.free_events.pop() {
-            Some(e) => Ok(e),
-            None => new_event(),
+    /// A sync event from the pool. A dry pool first reaps; creating an event is the last resort
+    /// (a window larger than the queue's slots) and is reported once.
+    pub(crate) fn take_event(&self, g: &mut Inner) -> Result<sys::CUevent> {
+        if let Some(e) = g.free_events.pop() {
+            return Ok(e);
         }
+        self.reap(g);
+        if let Some(e) = g.free_events.pop() {
+            return Ok(e);
+        }
+        if !g.pool_warned {
+            g.pool_warned = true;
+            tracing::warn!(
+                slots = self.cfg.slots,
+                "sync-event pool ran dry: the queue's window exceeds its slots; creating events"
+            );
+        }
+        new_event()
     }
 
-    fn record(g: &mut Inner, watermark: Seq) -> Result<()> {
-        let ev = Self::take_event(g)?;
-        cu!(cuEventRecord(ev, g.stream))?;
+    /// Records a sync event proving `watermark`. An error means nothing was recorded.
+    pub(crate) fn record(&self, g: &mut Inner, watermark: Seq) -> Result<()> {
+        let ev = self.take_event(g)?;
+        if let Err(e) = cu!(cuEventRecord(ev, g.stream)) {
+            g.free_events.push(ev);
+            return Err(e);
+        }
         g.sync.push_back((watermark, ev));
         Ok(())
     }
 
-    fn reap(&self, g: &mut Inner) {
+    /// Records an already taken event after a launch; never fails (the launch must not be
+    /// reported as failed). Without the event, a later record_sync/synchronize covers it.
+    pub(crate) fn record_taken(g: &mut Inner, ev: sys::CUevent, watermark: Seq) {
+        match cu!(cuEventRecord(ev, g.stream)) {
+            Ok(()) => g.sync.push_back((watermark, ev)),
+            Err(e) => {
+                g.free_events.push(ev);
+                tracing::warn!(%e, watermark, "sync event not recorded after a launch; a later sync point covers it");
+            }
+        }
+    }
+
+    pub(crate) fn reap(&self, g: &mut Inner) {
         if g.stop == Stop::Flagged {
             return;
         }
@@ -258,113 +310,7 @@ impl CudaQueue {
             }
         }
         let done = g.completed;
-        while g.flight.front().is_some_and(|&(s, _)| s < done) {
-            g.flight.pop_front();
-        }
-    }
-
-    /// Launches; returns the completion slot of a guarded kernel.
-    fn launch_kernel(&self, g: &mut Inner, k: &mut Kernel) -> Result<Option<u32>> {
-        let mut guard_vals: [u64; 3] = [0; 3];
-        if let Some(units) = k.guard {
-            if units.0 > self.cfg.max_units {
-                return Err(CudaError::Other(format!(
-                    "guarded kernel needs {} completion words, the queue has {}",
-                    units.0, self.cfg.max_units
-                )));
-            }
-            let (slot, epoch) = match k.slot {
-                Some(se) => se,
-                None => {
-                    let slot = g.next_slot;
-                    // A slot still held by an unfinished (or stopped) kernel must not be reused:
-                    // its relaunch would take the new epoch's marks for its own.
-                    if g.flight.iter().any(|&(_, s)| s == Some(slot)) {
-                        return Err(CudaError::Other(format!(
-                            "all {} completion slots are in use; give the queue more slots than its threshold",
-                            self.cfg.slots
-                        )));
-                    }
-                    g.next_slot = (g.next_slot + 1) % self.cfg.slots;
-                    g.epoch = g.epoch.wrapping_add(1).max(1);
-                    k.slot = Some((slot, g.epoch));
-                    (slot, g.epoch)
-                }
-            };
-            let done = self.done.ptr + slot as u64 * self.cfg.max_units as u64 * 4;
-            guard_vals = [self.flag.ptr, done, epoch as u64];
-        }
-        let mut ptrs: [*mut c_void; MAX_ARGS + 3] = [std::ptr::null_mut(); MAX_ARGS + 3];
-        let mut n = 0;
-        if k.guard.is_some() {
-            for v in guard_vals.iter_mut() {
-                ptrs[n] = (v as *mut u64).cast();
-                n += 1;
-            }
-        }
-        for v in k.args[..k.nargs].iter_mut() {
-            ptrs[n] = (v as *mut u64).cast();
-            n += 1;
-        }
-        cu!(cuLaunchKernel(
-            k.func,
-            k.grid[0],
-            k.grid[1],
-            k.grid[2],
-            k.block[0],
-            k.block[1],
-            k.block[2],
-            k.shared_mem,
-            g.stream,
-            ptrs.as_mut_ptr(),
-            std::ptr::null_mut()
-        ))?;
-        Ok(k.slot.filter(|_| k.guard.is_some()).map(|(slot, _)| slot))
-    }
-
-    /// Launches one command; returns the completion slot of a guarded kernel.
-    fn launch_op(&self, g: &mut Inner, cmd: &mut Command<Kernel>) -> Result<Option<u32>> {
-        match &mut cmd.op {
-            Op::Kernel(k) => self.launch_kernel(g, k),
-            Op::Memcpy {
-                dst, src, bytes, ..
-            } => {
-                cu!(cuMemcpyAsync(*dst, *src, *bytes as usize, g.stream))?;
-                Ok(None)
-            }
-            Op::Memset { dst, value, bytes } => {
-                cu!(cuMemsetD8Async(*dst, *value, *bytes as usize, g.stream))?;
-                Ok(None)
-            }
-            Op::Barrier => Ok(None), // a stream is in order already
-            Op::HostCallback(_) => {
-                let Op::HostCallback(f) = std::mem::replace(&mut cmd.op, Op::Barrier) else {
-                    unreachable!()
-                };
-                let data = Box::into_raw(Box::new(f));
-                if let Err(e) = cu!(cuLaunchHostFunc(
-                    g.stream,
-                    Some(host_trampoline),
-                    data.cast()
-                )) {
-                    // SAFETY: the driver did not take it; reclaim the box leaked above.
-                    drop(unsafe { Box::from_raw(data) });
-                    return Err(e);
-                }
-                Ok(None)
-            }
-            Op::EventRecord(_) | Op::EventWait(_) => Err(CudaError::Other(
-                "cross-queue events are not supported by the CUDA backend yet".into(),
-            )),
-        }
-    }
-}
-
-unsafe extern "C" fn host_trampoline(data: *mut c_void) {
-    // SAFETY: `data` is the Box leaked in launch_op, called exactly once by the driver.
-    let f = unsafe { Box::from_raw(data.cast::<xpreempt_core::command::HostFn>()) };
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        tracing::error!("host callback panicked");
+        g.flight.retire_below(done);
     }
 }
 
@@ -383,11 +329,26 @@ impl HwQueue for CudaQueue {
     ) -> Result<(), HalError> {
         self.bind()?;
         let mut g = self.lock();
-        let slot = self.launch_op(&mut g, command)?;
+        // Everything that can fail comes first: once the command is on the stream, an `Err`
+        // would make the XQueue launch it a second time.
+        let ev = if sync_point {
+            Some(self.take_event(&mut g)?)
+        } else {
+            None
+        };
+        let slot = match self.launch_op(&mut g, command) {
+            Ok(slot) => slot,
+            Err(e) => {
+                if let Some(ev) = ev {
+                    g.free_events.push(ev);
+                }
+                return Err(e.into());
+            }
+        };
         g.launched = seq + 1;
-        g.flight.push_back((seq, slot));
-        if sync_point {
-            Self::record(&mut g, seq + 1)?;
+        g.flight.push(seq, slot);
+        if let Some(ev) = ev {
+            Self::record_taken(&mut g, ev, seq + 1);
         }
         Ok(())
     }
@@ -397,7 +358,7 @@ impl HwQueue for CudaQueue {
         let mut g = self.lock();
         let tail = g.launched;
         if g.sync.back().map(|&(m, _)| m) != Some(tail) && g.completed < tail {
-            Self::record(&mut g, tail)?;
+            self.record(&mut g, tail)?;
         }
         Ok(())
     }
@@ -431,7 +392,7 @@ impl HwQueue for CudaQueue {
                     Some(&(_, ev)) => ev,
                     None => {
                         let tail = g.launched;
-                        Self::record(&mut g, tail)?;
+                        self.record(&mut g, tail)?;
                         g.sync.back().map(|&(_, e)| e).expect("just recorded")
                     }
                 }
@@ -460,112 +421,36 @@ impl HwQueue for CudaQueue {
     }
 
     fn deactivate(&self) -> Result<(), HalError> {
-        if self.level < Level::Lv2 {
-            return Err(self.unsupported("deactivate", Level::Lv2));
-        }
-        self.bind()?;
-        let mut g = self.lock();
-        self.reap(&mut g);
-        // Safe to flag only if no unguarded command follows a guarded one in the window.
-        let mut seen_guarded = false;
-        let mut safe = true;
-        for &(_, slot) in g.flight.iter() {
-            if slot.is_some() {
-                seen_guarded = true;
-            } else if seen_guarded {
-                safe = false;
-                break;
-            }
-        }
-        if seen_guarded && safe {
-            // The control stream is FIFO: this set lands after any earlier clear.
-            cu!(cuMemcpyHtoDAsync_v2(
-                self.flag.ptr,
-                self.flag_values.word(0).cast(),
-                4,
-                self.control
-            ))?;
-            g.stop = Stop::Flagged;
-        } else {
-            g.stop = Stop::Draining;
-        }
-        cu!(cuEventRecord(g.stop_event, g.stream))?;
-        Ok(())
+        self.lv2_deactivate()
     }
 
     fn reactivate(&self, log: &mut [Launched<Kernel>]) -> Result<(), HalError> {
-        self.bind()?;
-        let mut g = self.lock();
-        match g.stop {
-            Stop::Draining | Stop::Running => {
-                g.stop = Stop::Running;
-                return Ok(());
-            }
-            Stop::Interrupted => {
-                return Err(HalError::Refused("reactivate after interrupt".into()));
-            }
-            Stop::Flagged => {}
-        }
-        let stream = g.stream;
-        // Clear on the control stream once every stopped block has exited (stop_event), so that a
-        // later deactivate's set (same stream, FIFO) can never be overtaken by this clear; the
-        // queue stream waits for the clear before the relaunch.
-        cu!(cuStreamWaitEvent(self.control, g.stop_event, 0))?;
-        cu!(cuMemcpyHtoDAsync_v2(
-            self.flag.ptr,
-            self.flag_values.word(1).cast(),
-            4,
-            self.control
-        ))?;
-        cu!(cuEventRecord(g.clear_event, self.control))?;
-        cu!(cuStreamWaitEvent(stream, g.clear_event, 0))?;
-        // Events recorded before the stop prove nothing now.
-        while let Some((_, ev)) = g.sync.pop_front() {
-            g.free_events.push(ev);
-        }
-        g.flight.clear();
-        g.stop = Stop::Running;
-        let done = g.completed;
-        for entry in log.iter_mut().filter(|e| e.seq >= done) {
-            if let Op::Kernel(k) = &mut entry.command.op
-                && k.guard.is_some()
-            {
-                if let Err(e) = self.launch_kernel(&mut g, k) {
-                    // Keep it stopped so nothing is lost; the caller may retry.
-                    g.stop = Stop::Flagged;
-                    return Err(e.into());
-                }
-                g.flight.push_back((entry.seq, k.slot.map(|(s, _)| s)));
-                Self::record(&mut g, entry.seq + 1)?;
-            } else {
-                // Unguarded commands before the first guarded kernel ran to completion.
-                g.flight.push_back((entry.seq, None));
-            }
-        }
-        if let Some(last) = log.last() {
-            let tail = last.seq + 1;
-            if g.sync.back().map(|&(m, _)| m) != Some(tail) && tail > done {
-                Self::record(&mut g, tail)?;
-            }
-        }
-        Ok(())
+        self.lv2_reactivate(log)
     }
 
     fn interrupt(&self) -> Result<(), HalError> {
-        let Some(ts) = &self.lv3 else {
+        let Some(lv3) = &self.lv3 else {
             return Err(self.unsupported("interrupt", Level::Lv3));
         };
-        ts.lower()?;
-        self.lock().stop = Stop::Interrupted;
+        let mut g = self.lock();
+        if g.stop == Stop::Interrupted {
+            return Ok(()); // this queue already holds its count
+        }
+        lv3.interrupt()?;
+        g.stop = Stop::Interrupted;
         Ok(())
     }
 
     fn restore(&self, _log: &mut [Launched<Kernel>]) -> Result<(), HalError> {
-        let Some(ts) = &self.lv3 else {
+        let Some(lv3) = &self.lv3 else {
             return Err(self.unsupported("restore", Level::Lv3));
         };
-        ts.restore()?;
-        self.lock().stop = Stop::Running;
+        let mut g = self.lock();
+        if g.stop != Stop::Interrupted {
+            return Ok(()); // nothing of this queue to give back
+        }
+        lv3.restore()?;
+        g.stop = Stop::Running;
         Ok(())
     }
 }
@@ -573,6 +458,12 @@ impl HwQueue for CudaQueue {
 impl Drop for CudaQueue {
     fn drop(&mut self) {
         let g = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        if g.stop == Stop::Interrupted
+            && let Some(lv3) = &self.lv3
+            && let Err(e) = lv3.restore()
+        {
+            tracing::warn!(%e, "dropping an interrupted queue: Lv3 restore failed");
+        }
         // SAFETY: handles created by this queue; waits for its work first.
         unsafe {
             for &(_, s) in &g.streams {
@@ -591,6 +482,19 @@ impl Drop for CudaQueue {
             {
                 let _ = sys::cuEventDestroy_v2(e);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_pool_covers_the_window() {
+        // The XQueue's window is below `slots` commands, one sync event each at most.
+        for slots in [1, 12, 20, 64] {
+            assert!(event_pool_size(slots) >= slots as usize + 2);
         }
     }
 }

@@ -5,10 +5,14 @@
 pub const NV_IOCTL_MAGIC: u32 = b'F' as u32;
 /// NV_ESC_RM_ALLOC number.
 pub const NV_ESC_RM_ALLOC: u32 = 0x2B;
+/// NV_ESC_RM_FREE number.
+pub const NV_ESC_RM_FREE: u32 = 0x29;
 /// NV_ESC_RM_CONTROL number.
 pub const NV_ESC_RM_CONTROL: u32 = 0x2A;
 /// RM_CONTROL with NVOS54 (32 bytes).
 pub const IOCTL_RM_CONTROL: u64 = 0xC020_462A;
+/// RM_FREE with NVOS00 (16 bytes).
+pub const IOCTL_RM_FREE: u64 = 0xC010_4629;
 /// RM_ALLOC with NVOS64 (48 bytes), what libcuda 580 sends.
 pub const IOCTL_RM_ALLOC_NVOS64: u64 = 0xC030_462B;
 /// RM_ALLOC with NVOS21 (32 bytes).
@@ -48,6 +52,17 @@ pub struct Nvos64 {
     pub flags: u32,
     pub status: u32,
     pub _pad: u32,
+}
+
+/// RM_FREE parameters (NVOS00, 16 bytes). Freeing an object frees its children; freeing the
+/// client (`h_object_old == h_root`) frees everything it holds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Nvos00 {
+    pub h_root: u32,
+    pub h_object_parent: u32,
+    pub h_object_old: u32,
+    pub status: u32,
 }
 
 /// RM_CONTROL parameters (NVOS54, 32 bytes).
@@ -103,6 +118,7 @@ pub fn decode(request: u64) -> IocRequest {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AllocSeen {
     pub h_client: u32,
+    pub h_parent: u32,
     pub h_object: u32,
     pub h_class: u32,
     pub p_params: u64,
@@ -125,6 +141,7 @@ pub unsafe fn read_alloc(request: u64, arg: *const u8) -> Option<AllocSeen> {
             let a = unsafe { std::ptr::read_unaligned(arg.cast::<Nvos64>()) };
             Some(AllocSeen {
                 h_client: a.h_root,
+                h_parent: a.h_object_parent,
                 h_object: a.h_object_new,
                 h_class: a.h_class,
                 p_params: a.p_alloc_parms,
@@ -137,6 +154,7 @@ pub unsafe fn read_alloc(request: u64, arg: *const u8) -> Option<AllocSeen> {
             let a = unsafe { std::ptr::read_unaligned(arg.cast::<Nvos21>()) };
             Some(AllocSeen {
                 h_client: a.h_root,
+                h_parent: a.h_object_parent,
                 h_object: a.h_object_new,
                 h_class: a.h_class,
                 p_params: a.p_alloc_parms,
@@ -146,6 +164,38 @@ pub unsafe fn read_alloc(request: u64, arg: *const u8) -> Option<AllocSeen> {
         }
         _ => None,
     }
+}
+
+/// What an RM_FREE carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FreeSeen {
+    pub h_client: u32,
+    pub h_parent: u32,
+    pub h_object: u32,
+    pub status: u32,
+}
+
+/// Reads an RM_FREE argument, after the call returned. `None` for other ioctls.
+///
+/// # Safety
+/// `arg` must point to the request's argument of `decode(request).size` bytes.
+pub unsafe fn read_free(request: u64, arg: *const u8) -> Option<FreeSeen> {
+    let d = decode(request);
+    if d.kind != NV_IOCTL_MAGIC
+        || d.nr != NV_ESC_RM_FREE
+        || d.size as usize != size_of::<Nvos00>()
+        || arg.is_null()
+    {
+        return None;
+    }
+    // SAFETY: caller guarantees 16 readable bytes.
+    let a = unsafe { std::ptr::read_unaligned(arg.cast::<Nvos00>()) };
+    Some(FreeSeen {
+        h_client: a.h_root,
+        h_parent: a.h_object_parent,
+        h_object: a.h_object_old,
+        status: a.status,
+    })
 }
 
 #[cfg(test)]
@@ -166,6 +216,30 @@ mod tests {
         assert_eq!(offset_of!(Nvos54, status), 28);
         assert_eq!(offset_of!(ChannelGroupAllocHead, engine_type), 12);
         assert_eq!(size_of::<SetTimeslice>(), 8);
+        assert_eq!(size_of::<Nvos00>(), 16);
+        assert_eq!(offset_of!(Nvos00, h_object_old), 8);
+        assert_eq!(offset_of!(Nvos00, status), 12);
+    }
+
+    #[test]
+    fn frees_are_read() {
+        let d = decode(IOCTL_RM_FREE);
+        assert_eq!(
+            (d.dir, d.size, d.kind, d.nr),
+            (3, 16, NV_IOCTL_MAGIC, NV_ESC_RM_FREE)
+        );
+        let f = Nvos00 {
+            h_root: 0xc1d0_0001,
+            h_object_parent: 0xbeef_0001,
+            h_object_old: 0x5c00_0042,
+            status: 0,
+        };
+        let seen = unsafe { read_free(IOCTL_RM_FREE, (&f as *const Nvos00).cast()) }.unwrap();
+        assert_eq!(
+            (seen.h_client, seen.h_parent, seen.h_object),
+            (0xc1d0_0001, 0xbeef_0001, 0x5c00_0042)
+        );
+        assert!(unsafe { read_free(IOCTL_RM_CONTROL, (&f as *const Nvos00).cast()) }.is_none());
     }
 
     #[test]
