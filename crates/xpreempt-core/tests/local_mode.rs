@@ -13,6 +13,26 @@ use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId,
 
 const BE_KERNELS: u64 = 100;
 
+type RefShared = Arc<SharedXQueue<xpreempt_core::reference::RefQueue>>;
+
+/// A threaded queue on `dev`, registered with `sched` at `priority`.
+fn queue(
+    dev: &RefDevice,
+    sched: &LocalScheduler,
+    id: u32,
+    priority: i32,
+    config: QueueConfig,
+) -> RefShared {
+    let hal = dev.create_queue(config.level());
+    let q = XQueue::new(QueueId(id), config, hal.max_level());
+    let shared = Arc::new(SharedXQueue::new(q, hal, Some(sched.sink())));
+    sched.register(
+        QueueInfo::new(QueueId(id), priority),
+        shared.clone() as Arc<dyn Preemptible>,
+    );
+    shared
+}
+
 /// Moves the reference device's virtual clock along with the wall clock until dropped.
 struct WallClock {
     stop: Arc<AtomicBool>,
@@ -60,19 +80,14 @@ fn a_high_priority_burst_overtakes_a_busy_low_queue_and_nothing_is_lost() {
         let dev = RefDevice::new();
         let clock = WallClock::start(&dev);
         let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
-        let make = |id: u32, prio| {
-            let hal = dev.create_queue(level);
-            let q = XQueue::new(
-                QueueId(id),
+        let make = |id, prio| {
+            queue(
+                &dev,
+                &sched,
+                id,
+                prio,
                 QueueConfig::new(4, 2, level).unwrap(),
-                hal.max_level(),
-            );
-            let shared = Arc::new(SharedXQueue::new(q, hal, Some(sched.sink())));
-            sched.register(
-                QueueInfo::new(QueueId(id), prio),
-                shared.clone() as Arc<dyn Preemptible>,
-            );
-            shared
+            )
         };
         let low = make(0, 3);
         let high = make(1, 12);
@@ -125,18 +140,13 @@ fn the_timer_thread_rotates_round_robin_turns() {
     let sched = LocalScheduler::start(Scheduler::new(Box::new(rr))).unwrap();
     let queues: Vec<_> = (0..2)
         .map(|id| {
-            let hal = dev.create_queue(Level::Lv3);
-            let q = XQueue::new(
-                QueueId(id),
+            queue(
+                &dev,
+                &sched,
+                id,
+                0,
                 QueueConfig::new(2, 1, Level::Lv3).unwrap(),
-                hal.max_level(),
-            );
-            let shared = Arc::new(SharedXQueue::new(q, hal, Some(sched.sink())));
-            sched.register(
-                QueueInfo::new(QueueId(id), 0),
-                shared.clone() as Arc<dyn Preemptible>,
-            );
-            shared
+            )
         })
         .collect();
     for q in &queues {
@@ -241,19 +251,14 @@ fn a_refused_submitter_gets_busy_and_others_keep_running() {
         Scheduler::new(policy::by_name("hpf").unwrap()).with_hooks(Box::new(DenyUntilIdle)),
     )
     .unwrap();
-    let make = |id: u32, prio| {
-        let hal = dev.create_queue(Level::Lv3);
-        let q = XQueue::new(
-            QueueId(id),
+    let make = |id, prio| {
+        queue(
+            &dev,
+            &sched,
+            id,
+            prio,
             QueueConfig::new(4, 2, Level::Lv3).unwrap(),
-            hal.max_level(),
-        );
-        let shared = Arc::new(SharedXQueue::new(q, hal, Some(sched.sink())));
-        sched.register(
-            QueueInfo::new(QueueId(id), prio),
-            shared.clone() as Arc<dyn Preemptible>,
-        );
-        shared
+        )
     };
     let low = make(0, 1);
     let refused = make(1, 9);
