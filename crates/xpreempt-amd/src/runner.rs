@@ -268,19 +268,16 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
             }
         }
         if scheme_b.is_none() {
-            let mut g = gpu.borrow_mut();
-            for (task, t) in scenario.tasks.iter().enumerate() {
-                write_backlog(
-                    &mut g,
-                    &mut backlog[task],
-                    &mut submitted[task],
-                    &mut signals,
-                    t,
-                    objects[task],
-                    queues[task].0,
-                )
-                .map_err(model)?;
-            }
+            write_backlogs(
+                &mut gpu.borrow_mut(),
+                scenario,
+                &objects,
+                &queues,
+                &mut backlog,
+                &mut submitted,
+                &mut signals,
+            )
+            .map_err(model)?;
         }
         if let Some(m) = monitor.as_mut() {
             m.run_due(&mut gpu.borrow_mut(), now);
@@ -312,19 +309,16 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
                 }
             }
             if scheme_b.is_none() {
-                let mut g = gpu.borrow_mut();
-                for (task, t) in scenario.tasks.iter().enumerate() {
-                    write_backlog(
-                        &mut g,
-                        &mut backlog[task],
-                        &mut submitted[task],
-                        &mut signals,
-                        t,
-                        objects[task],
-                        queues[task].0,
-                    )
-                    .map_err(model)?;
-                }
+                write_backlogs(
+                    &mut gpu.borrow_mut(),
+                    scenario,
+                    &objects,
+                    &queues,
+                    &mut backlog,
+                    &mut submitted,
+                    &mut signals,
+                )
+                .map_err(model)?;
             }
         }
         if let Some(m) = monitor.as_mut() {
@@ -394,6 +388,30 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
 
 /// The application side of `none`/`scheme-a`: writes as many kernels as its ring has room for.
 #[allow(clippy::too_many_arguments)]
+/// Without Scheme B the application writes straight into every task's ring, as far as it has room.
+fn write_backlogs(
+    gpu: &mut Gpu,
+    scenario: &Scenario,
+    objects: &[u64],
+    queues: &[(QueueId, Caller, i32)],
+    backlog: &mut [u64],
+    submitted: &mut [u64],
+    signals: &mut Vec<u64>,
+) -> Result<(), crate::ModelError> {
+    for (task, t) in scenario.tasks.iter().enumerate() {
+        write_backlog(
+            gpu,
+            &mut backlog[task],
+            &mut submitted[task],
+            signals,
+            t,
+            objects[task],
+            queues[task].0,
+        )?;
+    }
+    Ok(())
+}
+
 fn write_backlog(
     gpu: &mut Gpu,
     backlog: &mut u64,
