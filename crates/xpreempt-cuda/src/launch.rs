@@ -9,6 +9,35 @@ use crate::queue::{CudaQueue, Inner};
 use std::ffi::c_void;
 use xpreempt_core::command::{Command, Op};
 
+/// `cuLaunchKernel` on `stream` with `leading` parameters (the guard's) before the kernel's own.
+pub(crate) fn launch_on(
+    stream: cudarc::driver::sys::CUstream,
+    k: &Kernel,
+    leading: &mut [u64],
+) -> Result<()> {
+    let mut args = k.args;
+    let mut ptrs: [*mut c_void; MAX_ARGS + 3] = [std::ptr::null_mut(); MAX_ARGS + 3];
+    for (p, v) in ptrs
+        .iter_mut()
+        .zip(leading.iter_mut().chain(args[..k.nargs].iter_mut()))
+    {
+        *p = (v as *mut u64).cast();
+    }
+    cu!(cuLaunchKernel(
+        k.func,
+        k.grid[0],
+        k.grid[1],
+        k.grid[2],
+        k.block[0],
+        k.block[1],
+        k.block[2],
+        k.shared_mem,
+        stream,
+        ptrs.as_mut_ptr(),
+        std::ptr::null_mut()
+    ))
+}
+
 impl CudaQueue {
     /// Launches; returns the completion slot of a guarded kernel. An error means nothing was
     /// launched (a slot assigned for this launch is given back).
@@ -44,31 +73,12 @@ impl CudaQueue {
             let done = self.done.ptr + slot as u64 * self.cfg.max_units as u64 * 4;
             guard_vals = [self.flag.ptr, done, epoch as u64];
         }
-        let mut ptrs: [*mut c_void; MAX_ARGS + 3] = [std::ptr::null_mut(); MAX_ARGS + 3];
-        let mut n = 0;
-        if k.guard.is_some() {
-            for v in guard_vals.iter_mut() {
-                ptrs[n] = (v as *mut u64).cast();
-                n += 1;
-            }
-        }
-        for v in k.args[..k.nargs].iter_mut() {
-            ptrs[n] = (v as *mut u64).cast();
-            n += 1;
-        }
-        let launched = cu!(cuLaunchKernel(
-            k.func,
-            k.grid[0],
-            k.grid[1],
-            k.grid[2],
-            k.block[0],
-            k.block[1],
-            k.block[2],
-            k.shared_mem,
-            g.stream,
-            ptrs.as_mut_ptr(),
-            std::ptr::null_mut()
-        ));
+        let guard = if k.guard.is_some() {
+            &mut guard_vals[..]
+        } else {
+            &mut [][..]
+        };
+        let launched = launch_on(g.stream, k, guard);
         if let Err(e) = launched {
             if let Some(slot) = fresh_slot {
                 // Not launched: the next attempt takes a slot afresh (this one, if still free).

@@ -15,7 +15,6 @@ use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::nvrtc::BenchKernels;
 use cudarc::driver::sys;
-use std::ffi::c_void;
 use std::sync::Arc;
 
 pub const THREADS: u32 = 256;
@@ -57,25 +56,7 @@ impl RawStream {
 
     /// Launches a kernel whose arguments already include any guard parameters.
     pub fn launch(&self, k: &Kernel) -> Result<()> {
-        let mut args = k.args;
-        let mut ptrs: [*mut c_void; crate::kernel::MAX_ARGS] =
-            [std::ptr::null_mut(); crate::kernel::MAX_ARGS];
-        for (p, a) in ptrs.iter_mut().zip(args[..k.nargs].iter_mut()) {
-            *p = (a as *mut u64).cast();
-        }
-        cu!(cuLaunchKernel(
-            k.func,
-            k.grid[0],
-            k.grid[1],
-            k.grid[2],
-            k.block[0],
-            k.block[1],
-            k.block[2],
-            k.shared_mem,
-            self.stream,
-            ptrs.as_mut_ptr(),
-            std::ptr::null_mut()
-        ))
+        crate::launch::launch_on(self.stream, k, &mut [])
     }
 
     pub(crate) fn record(&self, ev: sys::CUevent) -> Result<()> {
