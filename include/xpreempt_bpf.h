@@ -5,7 +5,7 @@
  *
  *   SEC("xpreempt/task_init")    void f(struct xp_task_init_ctx *ctx);     a queue is created
  *   SEC("xpreempt/schedule")     void f(struct xp_schedule_ctx *ctx);      a queue asks to run
- *   SEC("xpreempt/work_submit")  void f(struct xp_work_submit_ctx *ctx);   a command is submitted
+ *   SEC("xpreempt/work_submit")  void f(struct xp_work_submit_ctx *ctx);   a command is submitted / completes
  *   SEC("xpreempt/task_destroy") void f(struct xp_task_destroy_ctx *ctx);  a queue is gone
  *
  * These are the seed's four hook points (003) with its context fields, adapted to queues. The
@@ -86,13 +86,19 @@ struct xp_schedule_ctx {
 	__u32 allow_schedule;
 };
 
-/* work_submit: a command was submitted. */
+/* work_submit's `event`. */
+#define XP_WORK_SUBMIT 0u /* a command was submitted; token = its sequence number */
+#define XP_WORK_COMPLETE 1u /* commands completed; token = watermark (all below it done), kind = 0 */
+
+/* work_submit: a command was submitted, or a queue's commands completed up to a point. */
 struct xp_work_submit_ctx {
 	__u64 queue_id;
 	__u32 kind; /* XP_OP_* */
 	__u32 device;
-	__u64 token; /* the command's sequence number in its queue */
+	__u64 token;
 	__u64 timestamp_ns; /* the scheduler's clock */
+	__u32 event; /* XP_WORK_* */
+	__u32 reserved;
 };
 
 /* task_destroy: a queue is gone. */

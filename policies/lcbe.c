@@ -75,6 +75,8 @@ void schedule(struct xp_schedule_ctx *ctx)
 SEC("xpreempt/work_submit")
 void work_submit(struct xp_work_submit_ctx *ctx)
 {
+	if (ctx->event != XP_WORK_SUBMIT)
+		return;
 	__u64 id = ctx->queue_id;
 	struct task_stats *s = xp_map_lookup_elem(&task_stats_map, &id);
 	if (!s)

@@ -1,0 +1,200 @@
+//! Compute units: wave slots per CU, placement of workgroups under a CU mask, and the table of
+//! running workgroups. A stopped workgroup's completion event stays in the event queue; its
+//! generation no longer matches, so the event is ignored.
+
+use xpreempt_types::Nanos;
+
+/// A set of CUs a queue may use (the per-queue CU mask of seed 001 §5.3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CuMask(Vec<u64>);
+
+impl CuMask {
+    pub fn all(cus: u32) -> Self {
+        Self::from_range(0, cus, cus)
+    }
+
+    /// CUs `first..first+count` of `cus`.
+    pub fn from_range(first: u32, count: u32, cus: u32) -> Self {
+        let mut words = vec![0u64; cus.div_ceil(64) as usize];
+        for cu in first..first.saturating_add(count).min(cus) {
+            words[(cu / 64) as usize] |= 1 << (cu % 64);
+        }
+        Self(words)
+    }
+
+    pub fn contains(&self, cu: u32) -> bool {
+        self.0
+            .get((cu / 64) as usize)
+            .is_some_and(|w| w & (1 << (cu % 64)) != 0)
+    }
+
+    pub fn count(&self) -> u32 {
+        self.0.iter().map(|w| w.count_ones()).sum()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct RunningWg {
+    pub queue: u32,
+    pub dispatch: u64,
+    pub wg: u32,
+    pub cu: u32,
+    pub waves: u32,
+    pub start: Nanos,
+    pub end: Nanos,
+    pub generation: u32,
+    pub live: bool,
+}
+
+pub struct Compute {
+    free_waves: Vec<u32>,
+    waves_per_cu: u32,
+    free_total: u64,
+    cursor: u32,
+    slots: Vec<RunningWg>,
+    free_slots: Vec<u32>,
+    groups: u32,
+}
+
+impl Compute {
+    pub fn new(cus: u32, waves_per_cu: u32, groups: u32) -> Self {
+        Self {
+            free_waves: vec![waves_per_cu; cus as usize],
+            waves_per_cu,
+            free_total: u64::from(cus) * u64::from(waves_per_cu),
+            cursor: 0,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            groups: groups.max(1),
+        }
+    }
+
+    pub fn cus(&self) -> u32 {
+        self.free_waves.len() as u32
+    }
+
+    pub fn waves_per_cu(&self) -> u32 {
+        self.waves_per_cu
+    }
+
+    pub fn free_total(&self) -> u64 {
+        self.free_total
+    }
+
+    pub fn group_of(&self, cu: u32) -> u32 {
+        (u64::from(cu) * u64::from(self.groups) / u64::from(self.cus())) as u32
+    }
+
+    /// A CU in `mask` with room for `waves`, searched round-robin so that work spreads.
+    pub fn find_cu(&mut self, waves: u32, mask: Option<&CuMask>) -> Option<u32> {
+        if self.free_total < u64::from(waves) {
+            return None;
+        }
+        let n = self.cus();
+        for i in 0..n {
+            let cu = (self.cursor + i) % n;
+            if self.free_waves[cu as usize] >= waves && mask.is_none_or(|m| m.contains(cu)) {
+                self.cursor = (cu + 1) % n;
+                return Some(cu);
+            }
+        }
+        None
+    }
+
+    /// Occupies wave slots and returns the slot index of the new workgroup.
+    pub fn start(&mut self, wg: RunningWg) -> u32 {
+        self.free_waves[wg.cu as usize] -= wg.waves;
+        self.free_total -= u64::from(wg.waves);
+        match self.free_slots.pop() {
+            Some(i) => {
+                let generation = self.slots[i as usize].generation.wrapping_add(1);
+                self.slots[i as usize] = RunningWg {
+                    generation,
+                    live: true,
+                    ..wg
+                };
+                i
+            }
+            None => {
+                self.slots.push(RunningWg { live: true, ..wg });
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    pub fn get(&self, slot: u32) -> Option<&RunningWg> {
+        self.slots.get(slot as usize)
+    }
+
+    /// Ends a running workgroup (finished or stopped). Its wave slots are returned now when
+    /// `release` is set; otherwise the caller releases them later (after a state save).
+    pub fn end(&mut self, slot: u32, release: bool) -> Option<RunningWg> {
+        let wg = self.slots.get_mut(slot as usize)?;
+        if !wg.live {
+            return None;
+        }
+        wg.live = false;
+        let wg = *wg;
+        self.free_slots.push(slot);
+        if release {
+            self.release(wg.cu, wg.waves);
+        }
+        Some(wg)
+    }
+
+    pub fn release(&mut self, cu: u32, waves: u32) {
+        if let Some(f) = self.free_waves.get_mut(cu as usize) {
+            *f = f.saturating_add(waves).min(self.waves_per_cu);
+            self.free_total += u64::from(waves);
+        }
+    }
+
+    /// Slot indices of the live workgroups of one queue, in slot order.
+    pub fn live_of(&self, queue: u32) -> Vec<u32> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.live && w.queue == queue)
+            .map(|(i, _)| i as u32)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wg(cu: u32, waves: u32) -> RunningWg {
+        RunningWg {
+            queue: 0,
+            dispatch: 0,
+            wg: 0,
+            cu,
+            waves,
+            start: 0,
+            end: 1,
+            generation: 0,
+            live: false,
+        }
+    }
+
+    #[test]
+    fn placement_respects_slots_and_masks() {
+        let mut c = Compute::new(4, 8, 2);
+        let mask = CuMask::from_range(2, 2, 4);
+        assert_eq!(mask.count(), 2);
+        let a = c.find_cu(8, Some(&mask)).unwrap();
+        assert!(a >= 2);
+        c.start(wg(a, 8));
+        let b = c.find_cu(8, Some(&mask)).unwrap();
+        assert_ne!(a, b);
+        let s = c.start(wg(b, 8));
+        assert_eq!(c.find_cu(1, Some(&mask)), None);
+        assert!(c.find_cu(8, None).is_some());
+        let ended = c.end(s, true).unwrap();
+        assert_eq!(ended.cu, b);
+        assert!(c.end(s, true).is_none(), "a workgroup ends once");
+        assert_eq!(c.find_cu(8, Some(&mask)), Some(b));
+        assert_eq!((c.group_of(0), c.group_of(3)), (0, 1));
+    }
+}

@@ -1,0 +1,33 @@
+//! xpreempt's CUDA backend.
+//!
+//! - [`queue::CudaQueue`] implements the HAL over one CUstream: Lv1 progressive launching with
+//!   CUDA events as sync points; Lv2 block-level preemption for kernels built with
+//!   `xpreempt_guard.cuh` (a device-memory flag set from a high-priority control stream, a
+//!   per-launch completion array, exact relaunch); Lv3 through the channel-group timeslice
+//!   (needs the `xpreempt-shim` ioctl interposer and a tested driver). Lv2 lives in `lv2.rs`;
+//!   [`lv3`] counts the interrupted queues of the process, whose timeslice is one setting.
+//! - [`priority_map`] maps logical priorities onto stream priorities (same context or MPS).
+//! - [`mps`] tells an MPS client from a time-sliced context and picks the level.
+//!
+//! libcuda is loaded at run time: everything builds and the unit tests run without a GPU;
+//! [`driver::driver_present`] says whether one can be used.
+
+pub mod driver;
+pub mod error;
+mod flight;
+pub mod kernel;
+#[doc(hidden)]
+pub mod launch;
+mod lv2;
+pub mod lv3;
+pub mod mps;
+pub mod nvrtc;
+pub mod priorities;
+pub mod priority_map;
+pub mod queue;
+pub mod timeslice;
+
+pub use driver::{Device, driver_present};
+pub use error::CudaError;
+pub use kernel::Kernel;
+pub use queue::{CudaQueue, CudaQueueConfig};

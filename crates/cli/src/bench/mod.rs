@@ -1,0 +1,329 @@
+//! `xpreempt bench`: measurements on a real GPU (CUDA backend). Two-process scenarios re-run
+//! this binary as a child with `bench role`.
+
+mod lcbe;
+
+use crate::output::Output;
+use anyhow::{Context, Result, bail};
+use clap::{Args as ClapArgs, Subcommand};
+use lcbe::{LcbeParams, be_spec, child_role, ctl_path};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::{Command as Proc, Stdio};
+use std::time::Duration;
+use xpreempt_bench::control::SharedControl;
+use xpreempt_bench::{Env, latency, svg};
+use xpreempt_core::Level;
+
+#[derive(ClapArgs)]
+pub struct Args {
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0, global = true)]
+    device: i32,
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Subcommand)]
+enum What {
+    /// Device, driver, sharing mode and calibration.
+    Info,
+    /// Preemption latency per level vs kernel and block duration.
+    Latency {
+        #[arg(long, default_value_t = 20)]
+        trials: usize,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long)]
+        svg: Option<PathBuf>,
+        /// Block durations (µs), comma-separated.
+        #[arg(long, default_value = "10,50,200")]
+        blocks: String,
+        /// Kernel durations (µs), comma-separated.
+        #[arg(long, default_value = "10,100,1000,10000")]
+        kernels: String,
+    },
+    /// LC/BE scenarios side by side.
+    Lcbe {
+        /// Comma-separated scenario names (see `--help`): lc-alone, be-alone, be-alone-xp,
+        /// native-2proc, prio-1proc, xp-lv1-1proc, xp-lv2-1proc, xp-sched-lv2-1proc, xp-lv3-2proc,
+        /// xp-lv3static-2proc,
+        /// mps-default, mps-prio, mps-client-prio, xp-mps-2proc.
+        #[arg(long)]
+        scenarios: String,
+        #[arg(long, default_value_t = 20.0)]
+        block_us: f64,
+        #[arg(long, default_value_t = 1000.0)]
+        kernel_us: f64,
+        #[arg(long)]
+        persistent: bool,
+        #[arg(long, default_value_t = 2.0)]
+        secs: f64,
+        /// Label for the sharing mode (e.g. "mps" when an MPS daemon runs).
+        #[arg(long, default_value = "")]
+        label: String,
+        /// libxpreempt_shim.so for Lv3 (default: next to this binary).
+        #[arg(long)]
+        shim: Option<PathBuf>,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long)]
+        svg: Option<PathBuf>,
+    },
+    /// Lv3 check: progress of this process against a busy BE process, with its own timeslice at
+    /// default, minimum, default (needs LD_PRELOAD=libxpreempt_shim.so).
+    Lv3Probe {
+        #[arg(long, default_value_t = 200)]
+        window_ms: u64,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// (internal) one side of a two-process scenario.
+    #[command(hide = true)]
+    Role {
+        #[arg(long)]
+        role: String,
+        #[arg(long)]
+        spec: String,
+        #[arg(long)]
+        ctl: PathBuf,
+    },
+}
+
+pub fn run(out: &Output, args: &Args) -> Result<()> {
+    match &args.what {
+        What::Info => info(out, args.device),
+        What::Latency {
+            trials,
+            out: o,
+            svg: s,
+            blocks,
+            kernels,
+        } => latency_sweep(
+            out,
+            args.device,
+            *trials,
+            o.as_deref(),
+            s.as_deref(),
+            blocks,
+            kernels,
+        ),
+        What::Lcbe {
+            scenarios,
+            block_us,
+            kernel_us,
+            persistent,
+            secs,
+            label,
+            shim,
+            out: o,
+            svg: s,
+        } => {
+            let p = LcbeParams {
+                device: args.device,
+                block_us: *block_us,
+                kernel_us: *kernel_us,
+                persistent: *persistent,
+                secs: *secs,
+                label: label.clone(),
+                shim: shim.clone(),
+            };
+            lcbe::lcbe(out, &p, scenarios, o.as_deref(), s.as_deref())
+        }
+        What::Role { role, spec, ctl } => child_role(args.device, role, spec, ctl),
+        What::Lv3Probe { window_ms, out: o } => {
+            lv3_probe(out, args.device, *window_ms, o.as_deref())
+        }
+    }
+}
+
+fn env(device: i32) -> Result<Env> {
+    if !xpreempt_cuda::driver_present() {
+        bail!("no CUDA driver on this machine (libcuda not found): `xpreempt bench` needs a GPU");
+    }
+    Env::new(device).context("opening the CUDA device and building the benchmark kernels")
+}
+
+#[derive(Serialize)]
+struct Info {
+    device: String,
+    sm_count: i32,
+    driver_version: i32,
+    kernel_module: Option<String>,
+    sharing: xpreempt_cuda::mps::Sharing,
+    stream_priorities: (i32, i32),
+    iters_per_us_full: f64,
+    iters_per_us_light: f64,
+    lv3: String,
+}
+
+fn info(out: &Output, device: i32) -> Result<()> {
+    let e = env(device)?;
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok();
+    let i = Info {
+        device: e.device.name.clone(),
+        sm_count: e.device.sm_count,
+        driver_version: xpreempt_cuda::driver::driver_version()?,
+        kernel_module: text
+            .as_deref()
+            .and_then(xpreempt_cuda::timeslice::parse_driver_version),
+        sharing: xpreempt_cuda::mps::detect(&e.device),
+        stream_priorities: e.device.stream_priority_range()?,
+        iters_per_us_full: e.iters_per_us_full,
+        iters_per_us_light: e.iters_per_us_light,
+        lv3: match xpreempt_cuda::timeslice::Timeslice::probe() {
+            Ok(t) => format!("available ({} channel groups)", t.channel_groups()),
+            Err(err) => format!("unavailable: {err}"),
+        },
+    };
+    out.emit(&i, || {
+        format!("{}\n", serde_json::to_string_pretty(&i).unwrap_or_default())
+    })
+}
+
+fn parse_list(s: &str) -> Result<Vec<f64>> {
+    s.split(',')
+        .map(|x| x.trim().parse::<f64>().context("bad number in list"))
+        .collect()
+}
+
+fn latency_sweep(
+    out: &Output,
+    device: i32,
+    trials: usize,
+    o: Option<&Path>,
+    s: Option<&Path>,
+    blocks: &str,
+    kernels: &str,
+) -> Result<()> {
+    let e = env(device)?;
+    let mut points = Vec::new();
+    for &b in &parse_list(blocks)? {
+        for &k in parse_list(kernels)?.iter().filter(|&&k| k >= b) {
+            let variants = [
+                (None, false),
+                (Some(Level::Lv1), false),
+                (Some(Level::Lv2), false),
+                (None, true),
+                (Some(Level::Lv2), true),
+            ];
+            for (level, prio) in variants {
+                match latency::measure(&e, level, prio, b, k, trials) {
+                    Ok(p) => {
+                        eprintln!(
+                            "latency {:>6} block {b:>5} us kernel {k:>6} us: probe p50 {:.1} p99 {:.1} us",
+                            p.level, p.probe_us.p50, p.probe_us.p99
+                        );
+                        points.push(p)
+                    }
+                    Err(err) => {
+                        eprintln!("latency {level:?} prio {prio} block {b} kernel {k}: {err}")
+                    }
+                }
+            }
+        }
+    }
+    if let Some(path) = o {
+        std::fs::write(path, serde_json::to_string_pretty(&points)?)?;
+    }
+    if let Some(path) = s {
+        let rows: Vec<(String, f64, String)> = points
+            .iter()
+            .map(|p| {
+                (
+                    format!("{} blk {}us krn {}us", p.level, p.block_us, p.kernel_us),
+                    p.probe_us.p99,
+                    format!("(p50 {:.0})", p.probe_us.p50),
+                )
+            })
+            .collect();
+        std::fs::write(
+            path,
+            svg::bar_chart(
+                "Preemption latency: suspend -> probe done, p99",
+                "us",
+                &rows,
+                true,
+            ),
+        )?;
+    }
+    out.emit(&points, || {
+        let mut t = String::from("level   block_us kernel_us  probe_p50  probe_p99  settle_p50\n");
+        for p in &points {
+            t += &format!(
+                "{:<7} {:>8} {:>9} {:>10.1} {:>10.1} {:>10}\n",
+                p.level,
+                p.block_us,
+                p.kernel_us,
+                p.probe_us.p50,
+                p.probe_us.p99,
+                p.settle_us
+                    .as_ref()
+                    .map_or("-".into(), |s| format!("{:.1}", s.p50))
+            );
+        }
+        t
+    })
+}
+
+fn lv3_probe(out: &Output, device: i32, window_ms: u64, o: Option<&Path>) -> Result<()> {
+    let e = env(device)?;
+    let path = ctl_path("lv3probe");
+    let ctl = SharedControl::open(&path, true)?;
+    let p = LcbeParams {
+        device,
+        block_us: 20.0,
+        kernel_us: 1000.0,
+        persistent: false,
+        secs: 30.0,
+        label: String::new(),
+        shim: None,
+    };
+    let be = be_spec(&p, None, 0, false);
+    let exe = std::env::current_exe()?;
+    let child = Proc::new(&exe)
+        .args([
+            "bench",
+            "--device",
+            &device.to_string(),
+            "role",
+            "--role",
+            "be",
+            "--spec",
+            &serde_json::to_string(&be)?,
+            "--ctl",
+        ])
+        .arg(&path)
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let t = std::time::Instant::now();
+    while ctl.be_ready.load(std::sync::atomic::Ordering::Acquire) == 0
+        && t.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    ctl.phase.store(1, std::sync::atomic::Ordering::Release);
+    let r = xpreempt_bench::lv3probe::probe(&e, window_ms);
+    ctl.phase.store(2, std::sync::atomic::Ordering::Release);
+    let _ = child.wait_with_output();
+    let _ = std::fs::remove_file(&path);
+    let r = r?;
+    if let Some(path) = o {
+        std::fs::write(path, serde_json::to_string_pretty(&r)?)?;
+    }
+    out.emit(&r, || {
+        let mut t = format!(
+            "driver {} channel groups {}\ntimeslice_us  set_call_us  rate/ms  longest_stall_ms\n",
+            r.driver, r.channel_groups
+        );
+        for w in &r.windows {
+            t += &format!(
+                "{:>12} {:>12.0} {:>8.1} {:>17.2}\n",
+                w.timeslice_us, w.set_call_us, w.rate_per_ms, w.longest_stall_ms
+            );
+        }
+        t
+    })
+}

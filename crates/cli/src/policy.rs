@@ -1,0 +1,334 @@
+//! `xpreempt policy`: install an eBPF policy object and read or write its pinned maps.
+//!
+//! The installed object and its maps live in the state directory (`--state-dir`,
+//! XPREEMPT_STATE_DIR, default `$XDG_RUNTIME_DIR/xpreempt` or `/tmp/xpreempt-$UID`); see
+//! `xpreempt_bpf::pin` for the layout. Keys and values of up to 8 bytes are integers (decimal,
+//! negative, or 0x-prefixed hex), little-endian in the map's size; longer ones are hex bytes or
+//! comma-separated 64-bit words.
+
+use crate::output::Output;
+use anyhow::{Context, Result, anyhow, bail};
+use serde::Serialize;
+use std::path::PathBuf;
+use xpreempt_bpf::maps::{Map, MapDef, UPDATE_ANY, to_hex};
+use xpreempt_bpf::pin::StateDir;
+use xpreempt_bpf::{BpfHooks, LoadOptions};
+use xpreempt_core::sched::Hooks;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Where the installed policy and pinned maps live.
+    #[arg(long, global = true, env = "XPREEMPT_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(clap::Subcommand)]
+enum Cmd {
+    /// Verify an object built with `clang -target bpf` and install it (its maps are pinned).
+    Load { file: PathBuf },
+    /// The installed policy: hooks with their verified bounds, maps with their sizes.
+    Show,
+    /// Read or write a pinned map.
+    Map {
+        #[command(subcommand)]
+        command: MapCmd,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum MapCmd {
+    /// Every entry of MAP.
+    Dump { map: String },
+    /// The value stored under KEY.
+    Get { map: String, key: String },
+    /// Store VALUE under KEY.
+    Set {
+        map: String,
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+        #[arg(allow_hyphen_values = true)]
+        value: String,
+    },
+    /// Remove KEY (hash maps).
+    Delete { map: String, key: String },
+}
+
+pub fn run(out: &Output, args: &Args) -> Result<()> {
+    let state = args
+        .state_dir
+        .clone()
+        .map_or_else(StateDir::from_env, StateDir::new);
+    match &args.command {
+        Cmd::Load { file } => load(out, &state, file),
+        Cmd::Show => show(out, &state),
+        Cmd::Map { command } => map(out, &state, command),
+    }
+}
+
+/// Whether `--policy` names an eBPF object rather than a built-in policy.
+pub fn is_object(arg: &str) -> bool {
+    arg.ends_with(".o") || std::path::Path::new(arg).is_file()
+}
+
+/// Hooks for `xpreempt sim --policy FILE.o`: the object, verified, with the pinned maps of the
+/// state directory (XPREEMPT_STATE_DIR) loaded into each run's fresh copy of its maps.
+pub fn sim_hooks(file: &str) -> Result<Box<dyn Fn() -> Box<dyn Hooks>>> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
+    let state = StateDir::from_env();
+    let pinned = state.snapshots().unwrap_or_else(|e| {
+        tracing::warn!("pinned maps not used: {e}");
+        Vec::new()
+    });
+    let name = std::path::Path::new(file)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("policy");
+    let make = BpfHooks::factory(name, bytes, pinned, LoadOptions::default())
+        .with_context(|| format!("eBPF policy {file}"))?;
+    Ok(Box::new(make))
+}
+
+fn load(out: &Output, state: &StateDir, file: &PathBuf) -> Result<()> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let name = file
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("policy")
+        .to_string();
+    let (installed, _) = state
+        .install(&name, &file.display().to_string(), &bytes)
+        .with_context(|| {
+            format!(
+                "{} not installed (the previous policy stays)",
+                file.display()
+            )
+        })?;
+    #[derive(Serialize)]
+    struct Loaded<'a> {
+        state_dir: String,
+        #[serde(flatten)]
+        installed: &'a xpreempt_bpf::pin::Installed,
+    }
+    let v = Loaded {
+        state_dir: state.root().display().to_string(),
+        installed: &installed,
+    };
+    out.emit(&v, || {
+        format!(
+            "installed {} ({} hooks, {} maps) in {}\n",
+            installed.name,
+            installed.hooks.len(),
+            installed.maps.len(),
+            state.root().display()
+        )
+    })
+}
+
+fn show(out: &Output, state: &StateDir) -> Result<()> {
+    let installed = state.installed()?;
+    let snaps = state.snapshots()?;
+    #[derive(Serialize)]
+    struct MapRow {
+        #[serde(flatten)]
+        def: MapDef,
+        entries: usize,
+    }
+    #[derive(Serialize)]
+    struct Show<'a> {
+        state_dir: String,
+        name: &'a str,
+        source: &'a str,
+        hooks: &'a [serde_json::Value],
+        maps: Vec<MapRow>,
+    }
+    let maps = snaps
+        .into_iter()
+        .map(|s| MapRow {
+            entries: s.entries.len(),
+            def: s.def,
+        })
+        .collect();
+    let v = Show {
+        state_dir: state.root().display().to_string(),
+        name: &installed.name,
+        source: &installed.source,
+        hooks: &installed.hooks,
+        maps,
+    };
+    out.emit(&v, || {
+        let mut t = format!("policy {} (from {})\n", v.name, v.source);
+        t += "hook          insns  longest path\n";
+        for h in v.hooks {
+            t += &format!(
+                "{:<12} {:>6} {:>13}\n",
+                h["hook"].as_str().unwrap_or("?"),
+                h["insns"].as_u64().unwrap_or(0),
+                h["longest_path"].as_u64().unwrap_or(0)
+            );
+        }
+        t += "map                   kind   key  value    max  entries\n";
+        for m in &v.maps {
+            t += &format!(
+                "{:<20} {:<6} {:>4} {:>6} {:>6} {:>8}\n",
+                m.def.name,
+                format!("{:?}", m.def.kind).to_lowercase(),
+                m.def.key_size,
+                m.def.value_size,
+                m.def.max_entries,
+                m.entries
+            );
+        }
+        t
+    })
+}
+
+#[derive(Serialize)]
+struct Entry {
+    key: String,
+    value: String,
+    key_hex: String,
+    value_hex: String,
+}
+
+fn entry(k: &[u8], v: &[u8]) -> Entry {
+    Entry {
+        key: show_bytes(k),
+        value: show_bytes(v),
+        key_hex: to_hex(k),
+        value_hex: to_hex(v),
+    }
+}
+
+fn map(out: &Output, state: &StateDir, cmd: &MapCmd) -> Result<()> {
+    match cmd {
+        MapCmd::Dump { map } => {
+            let m = state.map(map)?;
+            let entries: Vec<Entry> = m.entries().iter().map(|(k, v)| entry(k, v)).collect();
+            #[derive(Serialize)]
+            struct Dump<'a> {
+                map: &'a MapDef,
+                entries: &'a [Entry],
+            }
+            out.emit(
+                &Dump {
+                    map: m.def(),
+                    entries: &entries,
+                },
+                || {
+                    entries
+                        .iter()
+                        .map(|e| format!("{}\t{}\n", e.key, e.value))
+                        .collect()
+                },
+            )
+        }
+        MapCmd::Get { map, key } => {
+            let m = state.map(map)?;
+            let k = parse_bytes(key, m.def().key_size).context("key")?;
+            let v = m.get(&k)?;
+            let e = entry(&k, &v);
+            out.emit(&e, || format!("{}\n", e.value))
+        }
+        MapCmd::Set { map, key, value } => {
+            let mut m: Map = state.map(map)?;
+            let k = parse_bytes(key, m.def().key_size).context("key")?;
+            let v = parse_bytes(value, m.def().value_size).context("value")?;
+            m.update(&k, &v, UPDATE_ANY)?;
+            state.save_map(&m)?;
+            let e = entry(&k, &v);
+            out.emit(&e, || format!("{}[{}] = {}\n", map, e.key, e.value))
+        }
+        MapCmd::Delete { map, key } => {
+            let mut m: Map = state.map(map)?;
+            let k = parse_bytes(key, m.def().key_size).context("key")?;
+            m.delete(&k)?;
+            state.save_map(&m)?;
+            out.emit(&serde_json::json!({ "deleted": show_bytes(&k) }), || {
+                format!("{map}[{}] deleted\n", show_bytes(&k))
+            })
+        }
+    }
+}
+
+/// Integers for sizes up to 8 bytes (shown signed, as a C `int`/`long` would print), 64-bit
+/// words for multiples of 8, hex otherwise.
+fn show_bytes(b: &[u8]) -> String {
+    match b.len() {
+        1 => (b[0] as i8).to_string(),
+        2 => i16::from_le_bytes([b[0], b[1]]).to_string(),
+        4 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]).to_string(),
+        8 => i64::from_le_bytes(b.try_into().unwrap_or([0; 8])).to_string(),
+        n if n % 8 == 0 => b
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])).to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => format!("0x{}", to_hex(b)),
+    }
+}
+
+fn parse_bytes(text: &str, size: u32) -> Result<Vec<u8>> {
+    let size = size as usize;
+    let t = text.trim();
+    if size <= 8 {
+        let v: i128 = if let Some(h) = t.strip_prefix("0x") {
+            i128::from_str_radix(h, 16)?
+        } else {
+            t.parse().map_err(|_| anyhow!("`{t}` is not an integer"))?
+        };
+        let bits = 8 * size as u32;
+        let fits = v >= -(1i128 << (bits - 1)) && v < (1i128 << bits);
+        if !fits {
+            bail!("{v} does not fit in {size} bytes");
+        }
+        return Ok(v.to_le_bytes()[..size].to_vec());
+    }
+    if t.contains(',') || (size.is_multiple_of(8) && !t.starts_with("0x")) {
+        let words: Vec<u64> = t
+            .split(',')
+            .map(|w| {
+                w.trim()
+                    .parse::<u64>()
+                    .map_err(|_| anyhow!("`{w}` is not a 64-bit word"))
+            })
+            .collect::<Result<_>>()?;
+        if words.len() * 8 != size {
+            bail!(
+                "{} words given, the map wants {} bytes ({} words)",
+                words.len(),
+                size,
+                size / 8
+            );
+        }
+        return Ok(words.iter().flat_map(|w| w.to_le_bytes()).collect());
+    }
+    let b = xpreempt_bpf::maps::from_hex(t).map_err(|e| anyhow!(e))?;
+    if b.len() != size {
+        bail!("{} bytes given, the map wants {size}", b.len());
+    }
+    Ok(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_parse_and_print_in_the_map_size() {
+        assert_eq!(parse_bytes("-3", 4).unwrap(), (-3i32).to_le_bytes());
+        assert_eq!(parse_bytes("0x10", 8).unwrap(), 16u64.to_le_bytes());
+        assert!(parse_bytes("300", 1).is_err());
+        assert!(parse_bytes("abc", 4).is_err());
+        assert_eq!(parse_bytes("1,2", 16).unwrap().len(), 16);
+        assert!(parse_bytes("1,2", 24).is_err());
+        assert_eq!(parse_bytes("0x0102", 2).unwrap(), vec![2, 1]);
+        assert_eq!(show_bytes(&(-3i32).to_le_bytes()), "-3");
+        assert_eq!(
+            show_bytes(&[1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]),
+            "1,2"
+        );
+        assert_eq!(show_bytes(&[1, 2, 3]), "0x010203");
+    }
+}

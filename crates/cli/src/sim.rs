@@ -1,0 +1,141 @@
+//! `xpreempt sim [SCENARIO]`: the AMD queue-hardware model under five modes side by side.
+
+use crate::output::Output;
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Instant;
+use xpreempt_sim::report::{self, SimOptions};
+use xpreempt_sim::runner::{self, Mode, RunOptions};
+use xpreempt_sim::scenario::Scenario;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Scenario file (TOML); the built-in train-vs-infer scenario when omitted.
+    scenario: Option<PathBuf>,
+    /// Write Chrome/Perfetto trace events of every mode to this file.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Scheme B policy instead of the scenario's (hpf, fifo, rr, bandwidth, edf, lcbe), or an
+    /// eBPF object (FILE.o) whose programs run at the scheduler's hooks in lv1/lv2/lv3, with the
+    /// contents of the maps pinned by `xpreempt policy`.
+    #[arg(long)]
+    policy: Option<String>,
+    /// With an eBPF --policy: the policy that decides which queues run (default: the scenario's).
+    #[arg(long)]
+    base_policy: Option<String>,
+    /// Override the scenario's seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Measure simulated workgroups per second instead of printing the comparison.
+    #[arg(long)]
+    bench: bool,
+}
+
+fn load(args: &Args) -> Result<Scenario> {
+    let mut s = match &args.scenario {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading scenario {}", p.display()))?;
+            Scenario::parse(&text).with_context(|| format!("scenario {}", p.display()))?
+        }
+        None => Scenario::default_scenario().context("built-in scenario")?,
+    };
+    if let Some(seed) = args.seed {
+        s.seed = seed;
+        s.gpu.seed = seed;
+    }
+    Ok(s)
+}
+
+pub fn run(out: &Output, args: &Args) -> Result<()> {
+    let scenario = load(args)?;
+    if args.bench {
+        return bench(out, &scenario);
+    }
+    let opts = match args.policy.as_deref() {
+        Some(p) if crate::policy::is_object(p) => SimOptions {
+            trace: args.trace.is_some(),
+            policy: args.base_policy.clone(),
+            hooks: Some(crate::policy::sim_hooks(p)?),
+        },
+        _ => SimOptions {
+            trace: args.trace.is_some(),
+            policy: args.policy.clone(),
+            hooks: None,
+        },
+    };
+    let (rep, runs) = report::simulate(&scenario, &Mode::ALL, &opts)?;
+    if let Some(path) = &args.trace {
+        let mut events = Vec::new();
+        for (pid, r) in runs.iter().enumerate() {
+            if let Some(t) = &r.trace {
+                events.extend(t.to_events(pid as u32 + 1, r.mode.name()));
+            }
+        }
+        let doc = xpreempt_amd::trace::document(events);
+        std::fs::write(path, serde_json::to_vec(&doc)?)
+            .with_context(|| format!("writing trace {}", path.display()))?;
+    }
+    for r in &runs {
+        for p in &r.problems {
+            tracing::warn!(mode = %r.mode, "{p}");
+        }
+    }
+    out.emit(&rep, || report::table(&rep) + &report::monitor_lines(&runs))
+}
+
+#[derive(Serialize)]
+struct BenchRow {
+    mode: &'static str,
+    workgroups: u64,
+    wall_ms: f64,
+    workgroups_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct Bench {
+    scenario: String,
+    modes: Vec<BenchRow>,
+    total_workgroups_per_s: f64,
+}
+
+fn bench(out: &Output, scenario: &Scenario) -> Result<()> {
+    let mut rows = Vec::new();
+    let (mut wgs, mut wall) = (0u64, 0f64);
+    for mode in Mode::ALL {
+        let t0 = Instant::now();
+        let r = runner::run(scenario, mode, RunOptions::default())?;
+        let secs = t0.elapsed().as_secs_f64();
+        // Completed workgroups: a CWSR-restored one is counted once, not at each dispatch.
+        let done = r.stats.wgs_completed;
+        wgs += done;
+        wall += secs;
+        rows.push(BenchRow {
+            mode: mode.name(),
+            workgroups: done,
+            wall_ms: (secs * 1e4).round() / 10.0,
+            workgroups_per_s: (done as f64 / secs).round(),
+        });
+    }
+    let b = Bench {
+        scenario: scenario.name.clone(),
+        modes: rows,
+        total_workgroups_per_s: (wgs as f64 / wall).round(),
+    };
+    out.emit(&b, || {
+        let mut s = format!("benchmark: {} (one core)\n", b.scenario);
+        s += &format!(
+            "{:<9} {:>12} {:>10} {:>14}\n",
+            "mode", "workgroups", "wall ms", "workgroups/s"
+        );
+        for r in &b.modes {
+            s += &format!(
+                "{:<9} {:>12} {:>10.1} {:>14.0}\n",
+                r.mode, r.workgroups, r.wall_ms, r.workgroups_per_s
+            );
+        }
+        s += &format!("total: {:.0} workgroups/s\n", b.total_workgroups_per_s);
+        s
+    })
+}

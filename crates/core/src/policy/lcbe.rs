@@ -1,0 +1,90 @@
+//! Latency-critical / best-effort: while any latency-critical queue has work, best-effort queues
+//! are suspended; latency-critical queues always run.
+
+use super::{Decision, Policy, QueueView, View};
+use xpreempt_types::Priority;
+
+#[derive(Clone, Debug)]
+pub struct LcBe {
+    /// A queue without an explicit class hint is latency-critical from this priority up.
+    pub lc_min_priority: Priority,
+}
+
+impl Default for LcBe {
+    fn default() -> Self {
+        Self { lc_min_priority: 1 }
+    }
+}
+
+impl LcBe {
+    pub fn is_lc(&self, q: &QueueView) -> bool {
+        q.hints
+            .latency_critical
+            .unwrap_or(q.logical_priority >= self.lc_min_priority)
+    }
+}
+
+impl Policy for LcBe {
+    fn name(&self) -> &'static str {
+        "lcbe"
+    }
+
+    fn decide(&mut self, view: &View<'_>) -> Decision {
+        let lc_busy = view.queues.iter().any(|q| q.is_active() && self.is_lc(q));
+        Decision {
+            run: view
+                .queues
+                .iter()
+                .filter(|q| !lc_busy || self.is_lc(q))
+                .map(|q| q.id)
+                .collect(),
+            wake_at: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::testutil::{ids, queue};
+    use crate::sched::protocol::QueueState::*;
+
+    #[test]
+    fn best_effort_yields_while_latency_critical_work_exists() {
+        let mut qs = [
+            queue(0, 0, Running),
+            queue(1, 5, Idle),
+            queue(2, 0, Running),
+        ];
+        let mut p = LcBe::default();
+        assert_eq!(
+            ids(&p
+                .decide(&View {
+                    now: 0,
+                    queues: &qs
+                })
+                .run),
+            vec![0, 1, 2]
+        );
+        qs[1].state = Ready;
+        assert_eq!(
+            ids(&p
+                .decide(&View {
+                    now: 0,
+                    queues: &qs
+                })
+                .run),
+            vec![1]
+        );
+        qs[2].hints.latency_critical = Some(true);
+        assert_eq!(
+            ids(&p
+                .decide(&View {
+                    now: 0,
+                    queues: &qs
+                })
+                .run),
+            vec![1, 2]
+        );
+    }
+}

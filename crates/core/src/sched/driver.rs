@@ -1,0 +1,190 @@
+//! The one loop that turns scheduler answers into suspend/resume on queues.
+//!
+//! Local mode, the AMD model's Scheme B, the demo and the daemon all drive their queues through
+//! [`Driver`], so a simulation exercises exactly the loop a GPU runs: it drops stale reports,
+//! applies actions in order, feeds what a suspend or resume changed back to the scheduler,
+//! retries failed resumes, tells refused submitters to back off, and passes work to the hooks.
+
+use super::protocol::{Action, QueueInfo, QueueReport, SchedEvent};
+use super::scheduler::{SchedError, Scheduler};
+use crate::xqueue::QueueOpError;
+use std::collections::BTreeMap;
+use xpreempt_types::{Nanos, QueueId};
+
+/// What the driver may do to a queue, whatever its backend. Suspend and resume may change the
+/// queue's activity (they take in completions); the report comes back to the driver instead of
+/// travelling separately.
+pub trait QueueControl {
+    fn suspend(&mut self, now: Nanos) -> Result<Option<QueueReport>, QueueOpError>;
+    fn resume(&mut self, now: Nanos) -> Result<Option<QueueReport>, QueueOpError>;
+    /// While refused, submissions answer busy and ask for admission again.
+    fn set_refused(&mut self, refused: bool);
+}
+
+/// A scheduler and the queues it controls.
+pub struct Driver<Q> {
+    scheduler: Scheduler,
+    queues: BTreeMap<QueueId, Q>,
+    /// The newest Ready/Idle generation applied per queue.
+    generations: BTreeMap<QueueId, u64>,
+    /// Events that applying actions produced, still to decide on.
+    work: Vec<SchedEvent>,
+    actions: Vec<Action>,
+}
+
+impl<Q: QueueControl> Driver<Q> {
+    pub fn new(scheduler: Scheduler) -> Self {
+        Self {
+            scheduler,
+            queues: BTreeMap::new(),
+            generations: BTreeMap::new(),
+            work: Vec::new(),
+            actions: Vec::new(),
+        }
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    pub fn scheduler_mut(&mut self) -> &mut Scheduler {
+        &mut self.scheduler
+    }
+
+    pub fn queue(&self, id: QueueId) -> Option<&Q> {
+        self.queues.get(&id)
+    }
+
+    pub fn queue_mut(&mut self, id: QueueId) -> Option<&mut Q> {
+        self.queues.get_mut(&id)
+    }
+
+    pub fn queues(&self) -> impl Iterator<Item = (QueueId, &Q)> {
+        self.queues.iter().map(|(id, q)| (*id, q))
+    }
+
+    pub fn next_wake(&self) -> Option<Nanos> {
+        self.scheduler.next_wake()
+    }
+
+    /// Adds a queue; the scheduler decides at once whether it may run.
+    pub fn register(
+        &mut self,
+        info: QueueInfo,
+        queue: Q,
+        clock: &dyn Fn() -> Nanos,
+    ) -> Result<(), SchedError> {
+        let id = info.id;
+        if self.queues.contains_key(&id) {
+            return Err(SchedError::DuplicateQueue(id));
+        }
+        self.queues.insert(id, queue);
+        let created = self.dispatch(SchedEvent::Created(info), clock);
+        if created.is_err() {
+            self.queues.remove(&id);
+        }
+        created
+    }
+
+    /// Removes a queue; what it held back for others is decided anew.
+    pub fn unregister(&mut self, id: QueueId, clock: &dyn Fn() -> Nanos) -> Option<Q> {
+        if let Err(e) = self.dispatch(SchedEvent::Destroyed(id), clock) {
+            tracing::debug!(%e, "unregister");
+        }
+        self.generations.remove(&id);
+        self.queues.remove(&id)
+    }
+
+    /// A queue's report. A Ready/Idle report older than one already applied is dropped.
+    pub fn report(
+        &mut self,
+        queue: QueueId,
+        report: QueueReport,
+        clock: &dyn Fn() -> Nanos,
+    ) -> Result<(), SchedError> {
+        match self.accept(queue, report) {
+            Some(event) => self.dispatch(event, clock),
+            None => Ok(()),
+        }
+    }
+
+    /// The timer fired: decide again if the scheduler asked for it by now.
+    pub fn timer(&mut self, clock: &dyn Fn() -> Nanos) -> Result<(), SchedError> {
+        match self.scheduler.next_wake() {
+            Some(at) if at <= clock() => self.dispatch(SchedEvent::Timer, clock),
+            _ => Ok(()),
+        }
+    }
+
+    /// Decides on `event` and applies the answer, then whatever applying it reported, until
+    /// nothing is left. The event's own error is returned; later ones are logged.
+    pub fn dispatch(
+        &mut self,
+        event: SchedEvent,
+        clock: &dyn Fn() -> Nanos,
+    ) -> Result<(), SchedError> {
+        let first = self.step(event, clock);
+        while let Some(event) = self.work.pop() {
+            if let Err(e) = self.step(event, clock) {
+                tracing::warn!(%e, "scheduler event ignored");
+            }
+        }
+        first
+    }
+
+    fn step(&mut self, event: SchedEvent, clock: &dyn Fn() -> Nanos) -> Result<(), SchedError> {
+        let mut actions = std::mem::take(&mut self.actions);
+        actions.clear();
+        let decided = self
+            .scheduler
+            .handle(clock(), event)
+            .map(|a| actions.extend_from_slice(a));
+        if decided.is_ok() {
+            for &action in &actions {
+                self.apply(action, clock);
+            }
+        }
+        self.actions = actions;
+        decided
+    }
+
+    fn apply(&mut self, action: Action, clock: &dyn Fn() -> Nanos) {
+        let (id, result) = match action {
+            Action::Suspend(id) => (id, self.queues.get_mut(&id).map(|q| q.suspend(clock()))),
+            Action::Resume(id) => (id, self.queues.get_mut(&id).map(|q| q.resume(clock()))),
+            Action::Refuse(id) | Action::Admit(id) => {
+                if let Some(q) = self.queues.get_mut(&id) {
+                    q.set_refused(matches!(action, Action::Refuse(_)));
+                }
+                return;
+            }
+        };
+        match result {
+            Some(Ok(Some(report))) => {
+                if let Some(event) = self.accept(id, report) {
+                    self.work.push(event);
+                }
+            }
+            Some(Ok(None)) => {}
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "scheduler action failed");
+                if matches!(action, Action::Resume(_)) {
+                    let _ = self.scheduler.resume_failed(id, clock());
+                }
+            }
+            None => tracing::debug!(queue = %id, "action for an unregistered queue"),
+        }
+    }
+
+    /// The event a report stands for, or `None` for a stale Ready/Idle report.
+    fn accept(&mut self, queue: QueueId, report: QueueReport) -> Option<SchedEvent> {
+        if let Some(generation) = report.generation() {
+            let last = self.generations.entry(queue).or_insert(0);
+            if generation <= *last {
+                return None;
+            }
+            *last = generation;
+        }
+        Some(report.event(queue))
+    }
+}

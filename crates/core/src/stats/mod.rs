@@ -1,0 +1,96 @@
+//! Statistics the seed asks for: scheduler checks, inversions, preemptions and resumes, per queue
+//! and in total, and histograms of suspend and resume latency.
+
+use crate::QueueId;
+use serde::{Deserialize, Serialize};
+pub use xpreempt_types::histogram;
+use xpreempt_types::histogram::{Histogram, Summary};
+
+/// Kept by each XQueue.
+#[derive(Clone, Debug, Default)]
+pub struct QueueStats {
+    pub submitted: u64,
+    pub launched: u64,
+    pub completed: u64,
+    pub preemptions: u64,
+    pub resumes: u64,
+    pub hal_errors: u64,
+    /// From `suspend` until the hardware is free of the queue's work (ns).
+    pub suspend_latency: Histogram,
+    /// From `resume` until the hardware runs the queue again (ns).
+    pub resume_latency: Histogram,
+}
+
+/// Kept by the scheduler.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerStats {
+    /// Times the policy was asked.
+    pub checks: u64,
+    /// Checks that found a lower effective priority running while a higher one waited.
+    pub inversions: u64,
+    pub preemptions: u64,
+    pub resumes: u64,
+    /// Admissions a policy refused (busy-retry).
+    pub refusals: u64,
+}
+
+/// A printable, serializable snapshot of one queue's statistics.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueueSummary {
+    pub queue: QueueId,
+    pub submitted: u64,
+    pub completed: u64,
+    pub preemptions: u64,
+    pub resumes: u64,
+    pub hal_errors: u64,
+    pub suspend_latency_ns: Summary,
+    pub resume_latency_ns: Summary,
+}
+
+/// The whole device: scheduler counters, per-queue reports and merged latency histograms.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatsReport {
+    pub scheduler: SchedulerStats,
+    pub queues: Vec<QueueSummary>,
+    pub suspend_latency_ns: Summary,
+    pub resume_latency_ns: Summary,
+}
+
+impl QueueStats {
+    pub fn report(&self, queue: QueueId) -> QueueSummary {
+        QueueSummary {
+            queue,
+            submitted: self.submitted,
+            completed: self.completed,
+            preemptions: self.preemptions,
+            resumes: self.resumes,
+            hal_errors: self.hal_errors,
+            suspend_latency_ns: self.suspend_latency.summary(),
+            resume_latency_ns: self.resume_latency.summary(),
+        }
+    }
+}
+
+impl StatsReport {
+    pub fn new<'a>(
+        scheduler: SchedulerStats,
+        queues: impl IntoIterator<Item = (QueueId, &'a QueueStats)>,
+    ) -> Self {
+        let mut suspend = Histogram::new();
+        let mut resume = Histogram::new();
+        let queues = queues
+            .into_iter()
+            .map(|(id, s)| {
+                suspend.merge(&s.suspend_latency);
+                resume.merge(&s.resume_latency);
+                s.report(id)
+            })
+            .collect();
+        Self {
+            scheduler,
+            queues,
+            suspend_latency_ns: suspend.summary(),
+            resume_latency_ns: resume.summary(),
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Per-queue settings of progressive launching and the preemption level.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use xpreempt_types::Level;
+
+pub const DEFAULT_THRESHOLD: u32 = 16;
+pub const DEFAULT_BATCH: u32 = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueConfig {
+    threshold: u32,
+    batch: u32,
+    level: Level,
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("threshold must be at least 1 (it is the most commands in flight), got 0")]
+    ZeroThreshold,
+    #[error("batch must be at least 1 (a sync point every `batch` commands), got 0")]
+    ZeroBatch,
+    #[error(
+        "batch {batch} is larger than threshold {threshold}: the window would fill before its first sync point"
+    )]
+    BatchAboveThreshold { batch: u32, threshold: u32 },
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            threshold: DEFAULT_THRESHOLD,
+            batch: DEFAULT_BATCH,
+            level: Level::Lv3,
+        }
+    }
+}
+
+impl QueueConfig {
+    /// `level` is the highest level the queue may use; it is capped at what the hardware has.
+    pub fn new(threshold: u32, batch: u32, level: Level) -> Result<Self, ConfigError> {
+        if threshold == 0 {
+            return Err(ConfigError::ZeroThreshold);
+        }
+        if batch == 0 {
+            return Err(ConfigError::ZeroBatch);
+        }
+        if batch > threshold {
+            return Err(ConfigError::BatchAboveThreshold { batch, threshold });
+        }
+        Ok(Self {
+            threshold,
+            batch,
+            level,
+        })
+    }
+
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    pub fn batch(&self) -> u32 {
+        self.batch
+    }
+
+    pub fn level(&self) -> Level {
+        self.level
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_windows_are_refused() {
+        assert_eq!(
+            QueueConfig::new(0, 1, Level::Lv1),
+            Err(ConfigError::ZeroThreshold)
+        );
+        assert_eq!(
+            QueueConfig::new(4, 0, Level::Lv1),
+            Err(ConfigError::ZeroBatch)
+        );
+        let err = QueueConfig::new(4, 8, Level::Lv1).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("batch 8 is larger than threshold 4")
+        );
+        let ok = QueueConfig::new(16, 8, Level::Lv2).unwrap();
+        assert_eq!(
+            (ok.threshold(), ok.batch(), ok.level()),
+            (16, 8, Level::Lv2)
+        );
+        assert_eq!(
+            QueueConfig::default(),
+            QueueConfig::new(16, 8, Level::Lv3).unwrap()
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! An XQueue for real devices: shared between threads, with a completion watcher.
+//!
+//! `submit` runs the state machine on the caller's thread under an uncontended lock, so a queue
+//! that may run and has room in its window launches with no hand-off. The watcher thread blocks in
+//! `synchronize` (never while holding the lock) to open the window, to notice when the queue goes
+//! idle, and to drain a Lv1 suspension; it sleeps while the queue is idle.
+
+use super::{QueueOpError, SubmitError, XQueue};
+use crate::sched::{QueueControl, QueueReport};
+use crate::stats::QueueStats;
+use crate::xqueue::WaitPlan;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use xpreempt_hal::{HalError, HwQueue};
+use xpreempt_types::{Command, Nanos, QueueId, Seq};
+
+/// Where a queue reports (the scheduler's inbox). Never called while the queue's lock is held.
+pub trait ReportSink: Send + Sync {
+    fn report(&self, queue: QueueId, report: QueueReport);
+    /// Whether the scheduler wants [`QueueReport::Submitted`] / [`QueueReport::Completed`]; read
+    /// on every submission, so it must be cheap.
+    fn wants_work(&self) -> bool;
+}
+
+pub type EventSink = Arc<dyn ReportSink>;
+
+/// What a scheduler may do to a shared queue, whatever its backend. Suspend and resume may
+/// change the queue's activity (they take in completions); the report comes back to the caller
+/// instead of going through the sink, since the caller is usually the scheduler itself.
+pub trait Preemptible: Send + Sync {
+    fn queue_id(&self) -> QueueId;
+    fn suspend(&self) -> Result<Option<QueueReport>, QueueOpError>;
+    fn resume(&self) -> Result<Option<QueueReport>, QueueOpError>;
+    fn set_refused(&self, refused: bool);
+}
+
+/// A shared queue keeps its own clock (its watcher times settling on it); the driver's `now`
+/// is not used.
+impl QueueControl for Arc<dyn Preemptible> {
+    fn suspend(&mut self, _now: Nanos) -> Result<Option<QueueReport>, QueueOpError> {
+        Preemptible::suspend(&**self)
+    }
+
+    fn resume(&mut self, _now: Nanos) -> Result<Option<QueueReport>, QueueOpError> {
+        Preemptible::resume(&**self)
+    }
+
+    fn set_refused(&mut self, refused: bool) {
+        Preemptible::set_refused(&**self, refused);
+    }
+}
+
+struct Inner<H: HwQueue> {
+    hal: H,
+    queue: Mutex<XQueue<H::Payload>>,
+    /// Wakes the watcher when the queue gets work or is resumed.
+    work: Condvar,
+    /// Wakes waiters in `wait` after every poll.
+    progress: Condvar,
+    refused: AtomicBool,
+    shutdown: AtomicBool,
+    epoch: Instant,
+    sink: Option<EventSink>,
+}
+
+pub struct SharedXQueue<H: HwQueue> {
+    inner: Arc<Inner<H>>,
+    id: QueueId,
+    watcher: Option<JoinHandle<()>>,
+}
+
+/// A submission the queue did not take; the command comes back.
+#[derive(Debug, thiserror::Error)]
+pub enum TrySubmitError<P> {
+    #[error("queue {0}: admission refused, retry later")]
+    Busy(QueueId, Command<P>),
+    #[error(transparent)]
+    Launch(#[from] SubmitError<P>),
+}
+
+impl<H> SharedXQueue<H>
+where
+    H: HwQueue + Send + Sync + 'static,
+    H::Payload: Send + 'static,
+{
+    pub fn new(queue: XQueue<H::Payload>, hal: H, sink: Option<EventSink>) -> Self {
+        let id = queue.id();
+        let inner = Arc::new(Inner {
+            hal,
+            queue: Mutex::new(queue),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+            refused: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            epoch: Instant::now(),
+            sink,
+        });
+        let watcher_inner = Arc::clone(&inner);
+        let watcher = std::thread::Builder::new()
+            .name(format!("xpreempt-{id}"))
+            .spawn(move || watch(&watcher_inner, id))
+            .ok();
+        if watcher.is_none() {
+            tracing::error!(queue = %id, "could not start the completion watcher; waits will poll");
+        }
+        Self { inner, id, watcher }
+    }
+
+    pub fn id(&self) -> QueueId {
+        self.id
+    }
+
+    pub fn hal(&self) -> &H {
+        &self.inner.hal
+    }
+
+    /// The hot path: launches at once when the queue may run and has room.
+    pub fn submit(&self, command: Command<H::Payload>) -> Result<Seq, TrySubmitError<H::Payload>> {
+        if self.inner.refused.load(Ordering::Relaxed) {
+            self.inner.report(self.id, QueueReport::Retry);
+            return Err(TrySubmitError::Busy(self.id, command));
+        }
+        let now = self.inner.now();
+        let kind = command.op.kind();
+        let submitted = self.inner.lock().submit(&self.inner.hal, command, now)?;
+        if self.inner.wants_work() {
+            let seq = submitted.seq;
+            self.inner
+                .report(self.id, QueueReport::Submitted { kind, seq });
+        }
+        if let Some(report) = submitted.report {
+            self.inner.work.notify_one();
+            self.inner.report(self.id, report);
+        }
+        Ok(submitted.seq)
+    }
+
+    /// Submits, backing off (from 50 µs, doubling, up to 10 ms between tries) while admission
+    /// is refused, for at most `patience`.
+    pub fn submit_with_retry(
+        &self,
+        mut command: Command<H::Payload>,
+        patience: Duration,
+    ) -> Result<Seq, TrySubmitError<H::Payload>> {
+        let deadline = Instant::now() + patience;
+        let mut backoff = Duration::from_micros(50);
+        loop {
+            match self.submit(command) {
+                Err(TrySubmitError::Busy(id, c)) if Instant::now() < deadline => {
+                    command = c;
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(10));
+                    let _ = id;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Blocks until command `seq` has completed. A launched command is waited for on the
+    /// hardware from this thread, so completion is seen without a hand-off from the watcher.
+    pub fn wait(&self, seq: Seq) -> Result<(), HalError> {
+        // Cleared for a hardware that cannot block (a virtual clock): then the watcher reports.
+        let mut direct = true;
+        loop {
+            let target = {
+                let mut q = self.inner.lock();
+                if q.completed() > seq {
+                    return Ok(());
+                }
+                match direct.then(|| q.sync_target(&self.inner.hal, seq)) {
+                    Some(Ok(Some(t))) => Some(t),
+                    Some(Err(e)) => return Err(e.source),
+                    _ => {
+                        // Not launched, stopped, or a hardware that cannot block: the watcher
+                        // reports progress.
+                        drop(
+                            self.inner
+                                .progress
+                                .wait_timeout(q, Duration::from_millis(1))
+                                .unwrap_or_else(|p| p.into_inner()),
+                        );
+                        None
+                    }
+                }
+            };
+            let Some(target) = target else { continue };
+            match self.inner.hal.synchronize(target) {
+                Ok(()) => {}
+                Err(HalError::WouldBlock(_)) if self.watcher.is_some() => {
+                    direct = false;
+                    continue;
+                }
+                Err(HalError::WouldBlock(_)) => std::thread::sleep(Duration::from_micros(50)),
+                Err(e) => return Err(e),
+            }
+            if self.watcher.is_some() && self.inner.hal.completed() > seq {
+                // The watcher wakes on the same sync point and reports Idle; leaving that (and the
+                // resumes it may cause) to it keeps them off the waiter's critical path.
+                return Ok(());
+            }
+            self.inner.poll_and_report(self.id);
+        }
+    }
+
+    /// Blocks until everything submitted so far has completed.
+    pub fn wait_all(&self) -> Result<(), HalError> {
+        let last = self.inner.lock().next_seq();
+        match last.checked_sub(1) {
+            Some(seq) => self.wait(seq),
+            None => Ok(()),
+        }
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        self.inner.lock().stats().clone()
+    }
+
+    pub fn is_suspended(&self) -> bool {
+        self.inner.lock().is_suspended()
+    }
+}
+
+impl<H> Preemptible for SharedXQueue<H>
+where
+    H: HwQueue + Send + Sync + 'static,
+    H::Payload: Send + 'static,
+{
+    fn queue_id(&self) -> QueueId {
+        self.id
+    }
+
+    fn suspend(&self) -> Result<Option<QueueReport>, QueueOpError> {
+        let now = self.inner.now();
+        let report = {
+            let mut q = self.inner.lock();
+            q.suspend(&self.inner.hal, now)?;
+            q.poll(&self.inner.hal, now)?
+        };
+        self.inner.work.notify_one();
+        Ok(report)
+    }
+
+    fn resume(&self) -> Result<Option<QueueReport>, QueueOpError> {
+        let now = self.inner.now();
+        let report = {
+            let mut q = self.inner.lock();
+            q.resume(&self.inner.hal, now)?;
+            q.take_report()
+        };
+        self.inner.work.notify_one();
+        self.inner.progress.notify_all();
+        Ok(report)
+    }
+
+    fn set_refused(&self, refused: bool) {
+        self.inner.refused.store(refused, Ordering::Relaxed);
+    }
+}
+
+impl<H: HwQueue> Drop for SharedXQueue<H> {
+    fn drop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::Relaxed);
+        self.inner.work.notify_all();
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl<H: HwQueue> Inner<H> {
+    fn lock(&self) -> MutexGuard<'_, XQueue<H::Payload>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    fn report(&self, id: QueueId, report: QueueReport) {
+        if let Some(sink) = &self.sink {
+            sink.report(id, report);
+        }
+    }
+
+    fn wants_work(&self) -> bool {
+        self.sink.as_ref().is_some_and(|s| s.wants_work())
+    }
+
+    /// Polls the queue, wakes waiters, then reports (unlocked) what changed: completed work
+    /// for the hooks, and Idle.
+    fn poll_and_report(&self, id: QueueId) {
+        let now = self.now();
+        let (upto, report) = {
+            let mut q = self.lock();
+            let before = q.completed();
+            let report = match q.poll(&self.hal, now) {
+                Ok(report) => report,
+                Err(e) => {
+                    tracing::warn!(%e, "launch from the pending buffer failed; will retry");
+                    None
+                }
+            };
+            let upto = q.completed();
+            ((upto > before).then_some(upto), report)
+        };
+        self.progress.notify_all();
+        if let Some(upto) = upto
+            && self.wants_work()
+        {
+            self.report(id, QueueReport::Completed { upto });
+        }
+        if let Some(report) = report {
+            self.report(id, report);
+        }
+    }
+}
+
+fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
+    loop {
+        let target = {
+            let mut q = inner.lock();
+            loop {
+                if inner.shutdown.load(Ordering::Relaxed) {
+                    return;
+                }
+                match q.wait_plan() {
+                    WaitPlan::Nothing => {
+                        // Sleep until there is work, except to watch a hardware stop settle or to
+                        // retry a launch that failed.
+                        let retry = !q.is_suspended() && q.pending_len() > 0;
+                        let nap = if q.is_settling() {
+                            Some(Duration::from_micros(100))
+                        } else if retry {
+                            Some(Duration::from_millis(50))
+                        } else {
+                            None
+                        };
+                        q = match nap {
+                            Some(d) => {
+                                inner
+                                    .work
+                                    .wait_timeout(q, d)
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .0
+                            }
+                            None => inner.work.wait(q).unwrap_or_else(|p| p.into_inner()),
+                        };
+                        if nap.is_some() {
+                            drop(q);
+                            inner.poll_and_report(id);
+                            q = inner.lock();
+                        }
+                    }
+                    WaitPlan::Synchronize(t) => break t,
+                    WaitPlan::RecordSyncThenSynchronize(t) => match q.record_sync(&inner.hal) {
+                        Ok(()) => break t,
+                        Err(e) => {
+                            tracing::warn!(%e, "completion watcher");
+                            drop(q);
+                            std::thread::sleep(Duration::from_millis(1));
+                            q = inner.lock();
+                        }
+                    },
+                }
+            }
+        };
+        match inner.hal.synchronize(target) {
+            Ok(()) => {}
+            // A virtual-clock backend cannot block: poll it instead.
+            Err(HalError::WouldBlock(_)) => std::thread::sleep(Duration::from_micros(50)),
+            Err(e) => {
+                tracing::warn!(%e, "completion watcher could not synchronize; polling");
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        inner.poll_and_report(id);
+    }
+}

@@ -1,0 +1,160 @@
+//! The hardware abstraction: one trait per hardware queue, with three preemption levels.
+//!
+//! A backend implements [`HwQueue`] for each hardware queue it exposes and says in
+//! [`HwQueue::max_level`] how far up it goes. The XQueue uses the highest level both it and the
+//! backend allow; it never calls an operation above that level. `docs/hal-contract.md` states
+//! the contract; the [`conformance`] suite (feature `conformance`) checks it.
+//!
+//! Methods take `&self`: the launch path and the completion watcher of one queue run on different
+//! threads, so a backend keeps its own interior locking (or none, where its driver is
+//! thread-safe).
+
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+#[cfg(feature = "reference")]
+pub mod reference;
+
+pub use xpreempt_types::{Command, Launched, Level, Seq};
+
+use std::error::Error as StdError;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// The backend's own error, kept whole (with its chain) and cheap to clone.
+pub type BackendError = Arc<dyn StdError + Send + Sync + 'static>;
+
+#[derive(Debug, Error, Clone)]
+pub enum HalError {
+    #[error("{op} needs preemption level {needed}, this hardware queue supports up to {supported}")]
+    Unsupported {
+        op: &'static str,
+        needed: Level,
+        supported: Level,
+    },
+    /// The backend runs on a virtual clock and cannot block; drive it with events instead.
+    #[error("{0} would block on a backend with a virtual clock")]
+    WouldBlock(&'static str),
+    /// The backend refused the operation as asked (a malformed command, an operation the
+    /// queue's state does not allow); retrying the same call fails the same way.
+    #[error("{op} refused")]
+    Refused {
+        op: &'static str,
+        #[source]
+        source: BackendError,
+    },
+    /// The hardware or its driver failed.
+    #[error("{op} failed in the backend")]
+    Backend {
+        op: &'static str,
+        #[source]
+        source: BackendError,
+    },
+}
+
+impl HalError {
+    pub fn backend(op: &'static str, source: impl StdError + Send + Sync + 'static) -> Self {
+        HalError::Backend {
+            op,
+            source: Arc::new(source),
+        }
+    }
+
+    pub fn refused(op: &'static str, source: impl StdError + Send + Sync + 'static) -> Self {
+        HalError::Refused {
+            op,
+            source: Arc::new(source),
+        }
+    }
+
+    /// The message of this error and of every error below it, joined: for logs and for users.
+    pub fn chain(&self) -> String {
+        let mut s = self.to_string();
+        let mut cur = self.source();
+        while let Some(e) = cur {
+            s.push_str(": ");
+            s.push_str(&e.to_string());
+            cur = e.source();
+        }
+        s
+    }
+}
+
+/// One hardware queue (a CUDA stream, an AQL ring, a simulated queue).
+pub trait HwQueue {
+    /// What a kernel launch carries on this backend.
+    type Payload;
+
+    /// The highest level this queue supports.
+    fn max_level(&self) -> Level;
+
+    // ---- Lv1 ----
+
+    /// Hands one command to the hardware. `seq` numbers commands of this queue in order. With
+    /// `sync_point` set the backend makes this command's completion observable (a CUDA event, a
+    /// completion signal); between sync points it may report completion late. The backend may take
+    /// data out of the command (a host callback) but must leave the kernel payload in place, since
+    /// Lv2/Lv3 may hand the command back for relaunch.
+    fn launch(
+        &self,
+        seq: Seq,
+        command: &mut Command<Self::Payload>,
+        sync_point: bool,
+    ) -> Result<(), HalError>;
+
+    /// Makes completion of everything launched so far observable, as if the last launch had been
+    /// a sync point.
+    fn record_sync(&self) -> Result<(), HalError>;
+
+    /// Completion watermark: every command with a smaller `seq` has completed. Never decreases.
+    /// A command that was stopped by `deactivate` or `interrupt` is not complete.
+    fn completed(&self) -> Seq;
+
+    /// Blocks until `completed() >= upto`. Returns at once if it already is.
+    fn synchronize(&self, upto: Seq) -> Result<(), HalError>;
+
+    /// Whether the last deactivate/interrupt/reactivate/restore has fully taken effect (the
+    /// hardware is free of this queue's running work, or running it again). Backends whose
+    /// operations are synchronous keep the default.
+    fn settled(&self) -> bool {
+        true
+    }
+
+    // ---- Lv2 ----
+
+    /// Stops in-flight deactivatable work at the next block/workgroup boundary; finished blocks
+    /// stay finished. Non-deactivatable work already launched runs to completion.
+    fn deactivate(&self) -> Result<(), HalError> {
+        Err(self.unsupported("deactivate", Level::Lv2))
+    }
+
+    /// Resumes what `deactivate` stopped. `log` holds every launched, not yet completed command
+    /// in submission order; a backend relaunches the unfinished part of those it stopped.
+    fn reactivate(&self, log: &mut [Launched<Self::Payload>]) -> Result<(), HalError> {
+        let _ = log;
+        Err(self.unsupported("reactivate", Level::Lv2))
+    }
+
+    // ---- Lv3 ----
+
+    /// Stops all in-flight work of the queue at once, saving its state.
+    fn interrupt(&self) -> Result<(), HalError> {
+        Err(self.unsupported("interrupt", Level::Lv3))
+    }
+
+    /// Restores what `interrupt` saved and lets the queue run on from where it stopped.
+    fn restore(&self, log: &mut [Launched<Self::Payload>]) -> Result<(), HalError> {
+        let _ = log;
+        Err(self.unsupported("restore", Level::Lv3))
+    }
+
+    #[doc(hidden)]
+    fn unsupported(&self, op: &'static str, needed: Level) -> HalError {
+        HalError::Unsupported {
+            op,
+            needed,
+            supported: self.max_level(),
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Lv3 check: is descheduling through the channel-group timeslice real? A progress kernel in this
+//! process competes with a saturating BE process; its progress rate is read from host-mapped
+//! memory in three windows: default timeslice, own timeslice at the minimum, restored.
+
+use crate::Env;
+use cudarc::driver::sys;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+use xpreempt_cuda::cu;
+use xpreempt_cuda::error::{CudaError, Result};
+use xpreempt_cuda::timeslice::Timeslice;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Window {
+    pub timeslice_us: u64,
+    pub set_call_us: f64,
+    /// Progress steps per ms in this window.
+    pub rate_per_ms: f64,
+    /// Longest time without progress in this window (ms).
+    pub longest_stall_ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Lv3Probe {
+    pub windows: Vec<Window>,
+    pub driver: String,
+    pub channel_groups: u32,
+}
+
+/// Runs the probe; the competing process must already be busy.
+pub fn probe(env: &Env, window_ms: u64) -> Result<Lv3Probe> {
+    env.device.bind()?;
+    let ts = Timeslice::probe().map_err(|e| CudaError::Other(format!("Lv3 unavailable: {e}")))?;
+    let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+    cu!(cuMemHostAlloc(&mut host, 8, 0x02))?; // DEVICEMAP
+    let mut dptr: sys::CUdeviceptr = 0;
+    cu!(cuMemHostGetDevicePointer_v2(&mut dptr, host, 0))?;
+    let progress = host.cast::<u64>();
+    // SAFETY: 8 bytes of pinned memory.
+    unsafe { progress.write_volatile(0) };
+    let s = super::RawStream::new(0)?;
+    // ~ (3 windows + margin) of ~20 µs steps on one block.
+    let steps = window_ms * 4 * 1000 / 20;
+    let iters = (20.0 * env.iters_per_us_light) as u64;
+    let k = xpreempt_cuda::Kernel::new(
+        env.k.progress,
+        [1, 1, 1],
+        [32, 1, 1],
+        &[steps, iters, dptr, env.sink.ptr],
+    );
+    s.launch(&k)?;
+    let read = || unsafe { progress.read_volatile() };
+    let t = Instant::now();
+    while read() == 0 {
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err(CudaError::Other("progress kernel never ran".into()));
+        }
+    }
+    let mut windows = Vec::new();
+    for us in [
+        ts.normal_us,
+        xpreempt_cuda::timeslice::MIN_TIMESLICE_US,
+        ts.normal_us,
+    ] {
+        let t0 = Instant::now();
+        ts.set_us(us)?;
+        let set_call_us = t0.elapsed().as_secs_f64() * 1e6;
+        let start = Instant::now();
+        let p0 = read();
+        let mut last = p0;
+        let mut last_change = start;
+        let mut stall = Duration::ZERO;
+        while start.elapsed() < Duration::from_millis(window_ms) {
+            let p = read();
+            if p != last {
+                last = p;
+                stall = stall.max(last_change.elapsed());
+                last_change = Instant::now();
+            }
+        }
+        stall = stall.max(last_change.elapsed());
+        windows.push(Window {
+            timeslice_us: us,
+            set_call_us,
+            rate_per_ms: (last - p0) as f64 / window_ms as f64,
+            longest_stall_ms: stall.as_secs_f64() * 1e3,
+        });
+    }
+    ts.restore().ok();
+    // The kernel runs on; do not wait for it (the caller exits, which tears the context down).
+    let _ = s;
+    Ok(Lv3Probe {
+        windows,
+        driver: ts.driver.clone(),
+        channel_groups: ts.channel_groups(),
+    })
+}

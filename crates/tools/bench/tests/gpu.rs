@@ -1,0 +1,308 @@
+//! GPU tests: XQueues over the CUDA backend; run on a machine with a CUDA GPU with
+//! `cargo test -p xpreempt-bench --test gpu -- --ignored`.
+//! Each fails (never passes) when no GPU is found.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::time::{Duration, Instant};
+use xpreempt_bench::Env;
+use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
+use xpreempt_core::{Command, Op};
+use xpreempt_core::{HwQueue, Level, QueueConfig, QueueId, XQueue};
+use xpreempt_cuda::driver::DeviceBuffer;
+use xpreempt_cuda::{CudaQueue, CudaQueueConfig};
+
+fn env() -> Env {
+    env_on(0)
+}
+
+fn env_on(ordinal: i32) -> Env {
+    assert!(
+        xpreempt_cuda::driver_present(),
+        "no CUDA driver: this test needs a GPU"
+    );
+    Env::new(ordinal).expect("CUDA device with NVRTC")
+}
+
+fn queue(e: &Env, level: Level) -> Arc<SharedXQueue<CudaQueue>> {
+    let hal = CudaQueue::new(
+        e.device.clone(),
+        CudaQueueConfig {
+            level,
+            stream_priority: 0,
+            slots: 20,
+            max_units: 1 << 20,
+        },
+    )
+    .expect("queue");
+    let hw = hal.max_level();
+    assert!(
+        hw >= level.min(Level::Lv2),
+        "level {level} must be available"
+    );
+    let qc = QueueConfig::new(8, 4, level).expect("config");
+    Arc::new(SharedXQueue::new(
+        XQueue::new(QueueId(0), qc, hw),
+        hal,
+        None,
+    ))
+}
+
+/// Random suspend/resume from another thread while `n` kernels (guarded, plain, and memsets in
+/// between) go through the queue; every block must run exactly once.
+fn exactly_once(level: Level, persistent: bool) {
+    exactly_once_on(0, level, persistent, 120);
+}
+
+fn exactly_once_on(ordinal: i32, level: Level, persistent: bool, n: u32) {
+    let e = env_on(ordinal);
+    let q = queue(&e, level);
+    let blocks = 2 * e.wave;
+    let counts = DeviceBuffer::zeroed((n * blocks) as usize * 4).expect("alloc");
+    let scratch = DeviceBuffer::zeroed(4096).expect("alloc");
+    let stop = Arc::new(AtomicBool::new(false));
+    let chaos = {
+        let q = q.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut rng = 0x1234_5678_9abc_def1u64;
+            let mut cycles = 0;
+            while !stop.load(Relaxed) {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                std::thread::sleep(Duration::from_micros(rng % 400));
+                q.suspend().expect("suspend");
+                std::thread::sleep(Duration::from_micros((rng >> 20) % 400));
+                q.resume().expect("resume");
+                cycles += 1;
+            }
+            cycles
+        })
+    };
+    e.device.bind().expect("bind");
+    for i in 0..n {
+        let c = counts.ptr + (i * blocks) as u64 * 4;
+        let guarded = level >= Level::Lv2 && i % 5 != 4;
+        let k = if persistent {
+            e.persistent(guarded, blocks, 5.0, c, 0)
+        } else {
+            e.spin(guarded, blocks, 5.0, c, 0)
+        };
+        q.submit_with_retry(Command::kernel(k), Duration::from_secs(5))
+            .expect("submit");
+        if i % 7 == 3 {
+            let m = Command::new(Op::Memset {
+                dst: scratch.ptr,
+                value: (i % 250) as u8,
+                bytes: 4096,
+            });
+            q.submit_with_retry(m, Duration::from_secs(5))
+                .expect("memset");
+        }
+    }
+    q.resume().ok();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(50) {}
+    stop.store(true, Relaxed);
+    let cycles = chaos.join().expect("chaos thread");
+    q.resume().ok();
+    q.wait_all().expect("wait_all");
+    e.device.synchronize().expect("sync");
+    let v = counts.read_u32().expect("read");
+    let wrong: Vec<(usize, u32)> = v
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, c)| c != 1)
+        .take(10)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "blocks not run exactly once (index, count): {wrong:?}"
+    );
+    assert!(cycles > 0, "the test must have suspended at least once");
+    let st = q.stats();
+    eprintln!(
+        "device {ordinal} {level}: {cycles} suspend/resume cycles, stats {:?}",
+        (st.preemptions, st.hal_errors)
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_block_exactly_once_lv1() {
+    exactly_once(Level::Lv1, false);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_block_exactly_once_lv2() {
+    exactly_once(Level::Lv2, false);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_item_exactly_once_lv2_persistent() {
+    exactly_once(Level::Lv2, true);
+}
+
+/// One long guarded kernel stopped mid-way: some blocks finished, some not; the relaunch skips the
+/// finished ones and runs the rest, each exactly once.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn lv2_relaunch_skips_finished_blocks() {
+    let e = env();
+    let q = queue(&e, Level::Lv2);
+    let blocks = 40 * e.wave; // ~40 waves of 50 us: ~2 ms
+    let counts = DeviceBuffer::zeroed(blocks as usize * 4).expect("alloc");
+    e.device.bind().expect("bind");
+    q.submit(Command::kernel(e.spin(true, blocks, 50.0, counts.ptr, 0)))
+        .expect("submit");
+    std::thread::sleep(Duration::from_micros(700));
+    q.suspend().expect("suspend");
+    let t = Instant::now();
+    while !q.hal().settled() {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "deactivate never settled"
+        );
+    }
+    let settle = t.elapsed();
+    let mid = counts.read_u32().expect("read");
+    let done = mid.iter().filter(|&&c| c == 1).count();
+    assert!(
+        mid.iter().all(|&c| c <= 1),
+        "a block ran twice before resume"
+    );
+    assert!(
+        done > 0 && done < blocks as usize,
+        "kernel should be stopped part-way: {done}/{blocks} blocks done"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+    let still = counts
+        .read_u32()
+        .expect("read")
+        .iter()
+        .filter(|&&c| c == 1)
+        .count();
+    assert_eq!(still, done, "blocks ran while deactivated");
+    q.resume().expect("resume");
+    q.wait_all().expect("wait");
+    let v = counts.read_u32().expect("read");
+    assert!(
+        v.iter().all(|&c| c == 1),
+        "after relaunch every block exactly once"
+    );
+    eprintln!("stopped at {done}/{blocks} blocks; settled in {settle:?}");
+}
+
+/// Lv3: with this process's channel-group timeslice at the minimum, a progress kernel competing
+/// with a busy process stops; restored, it runs again. Runs `xpreempt bench lv3-probe` under the
+/// shim: set XPREEMPT_BIN and XPREEMPT_SHIM to the built binary and libxpreempt_shim.so.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn lv3_descheduling_is_real() {
+    assert!(
+        xpreempt_cuda::driver_present(),
+        "no CUDA driver: this test needs a GPU"
+    );
+    let bin = std::env::var("XPREEMPT_BIN").expect("XPREEMPT_BIN: path of the xpreempt binary");
+    let shim = std::env::var("XPREEMPT_SHIM").expect("XPREEMPT_SHIM: path of libxpreempt_shim.so");
+    let out = std::process::Command::new(bin)
+        .args(["--json", "bench", "lv3-probe", "--window-ms", "300"])
+        .env("LD_PRELOAD", shim)
+        .output()
+        .expect("run xpreempt");
+    assert!(
+        out.status.success(),
+        "lv3-probe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let w = v["windows"].as_array().expect("windows");
+    let rate = |i: usize| w[i]["rate_per_ms"].as_f64().expect("rate");
+    eprintln!(
+        "progress per ms: default {:.1}, minimum {:.1}, restored {:.1}",
+        rate(0),
+        rate(1),
+        rate(2)
+    );
+    assert!(rate(0) > 0.0, "no progress at the default timeslice");
+    assert!(
+        rate(1) < 0.1 * rate(0),
+        "progress did not stop at the minimum timeslice"
+    );
+    assert!(
+        rate(2) > 0.5 * rate(0),
+        "progress did not resume after restore"
+    );
+}
+
+/// Remapping a queue onto streams of other priorities mid-flight keeps its order.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn order_kept_across_stream_priority_changes() {
+    let e = env();
+    let q = queue(&e, Level::Lv1);
+    let n = 300u32;
+    let counter = DeviceBuffer::zeroed(4).expect("alloc");
+    let out = DeviceBuffer::zeroed(n as usize * 4).expect("alloc");
+    let (least, greatest) = e.device.stream_priority_range().expect("range");
+    e.device.bind().expect("bind");
+    let mut rng = 0x9e37_79b9u64;
+    for i in 0..n {
+        if i % 3 == 0 {
+            // A slow kernel now and then, so that later stamps would overtake it if order broke.
+            q.submit(Command::kernel(e.spin(false, e.wave, 30.0, 0, 0)))
+                .expect("spin");
+        }
+        let k = xpreempt_cuda::Kernel::new(
+            e.k.stamp,
+            [1, 1, 1],
+            [32, 1, 1],
+            &[counter.ptr, out.ptr, i as u64],
+        );
+        q.submit(Command::kernel(k)).expect("stamp");
+        if i % 10 == 9 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let p = greatest + (rng % ((least - greatest + 1) as u64)) as i32;
+            q.hal().set_stream_priority(p).expect("move");
+        }
+    }
+    q.wait_all().expect("wait");
+    let v = out.read_u32().expect("read");
+    let bad: Vec<(usize, u32)> = v
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(i, s)| s != i as u32)
+        .take(10)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "commands ran out of order (index, position): {bad:?}"
+    );
+}
+
+/// One backend instance per GPU, all at once: every device runs the exactly-once check in its own
+/// thread (on a one-GPU machine this is the single-device case).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_device_has_its_own_backend() {
+    assert!(
+        xpreempt_cuda::driver_present(),
+        "no CUDA driver: this test needs a GPU"
+    );
+    let n = xpreempt_cuda::driver::device_count().expect("device count");
+    assert!(n >= 1, "no CUDA device");
+    let threads: Vec<_> = (0..n)
+        .map(|d| std::thread::spawn(move || exactly_once_on(d, Level::Lv2, false, 60)))
+        .collect();
+    for t in threads {
+        t.join().expect("a device's check failed");
+    }
+    eprintln!("{n} device(s) checked side by side");
+}

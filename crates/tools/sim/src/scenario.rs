@@ -1,0 +1,513 @@
+//! Scenarios: a GPU, the settings of Scheme A and Scheme B, and tasks (one queue each) that
+//! submit batches of kernels at given arrival times. Written in TOML; every section but
+//! `[[tasks]]` may be left out:
+//!
+//! ```toml
+//! name = "example"
+//! seed = 1
+//! [gpu]                      # GpuConfig: cus, waves_per_cu, topology, cwsr, quantum_us, ...
+//! cus = 80
+//! [scheme_a]
+//! check_interval_us = 5000.0
+//! mode = "wavefront-save"    # or "drain", "reset"
+//! [scheme_b]
+//! policy = "hpf"
+//! [[tasks]]
+//! name = "infer"
+//! priority = 12              # logical priority, larger runs first
+//! process = 2
+//! cu_range = [0, 40]         # optional CU mask: first CU, count
+//! kernels = 50               # kernels per request
+//! kernel = { workgroups = 640, wg_threads = 256, wg_us = 380.0, jitter = 0.1, idempotent = false }
+//! arrival = { at_us = 16200.0, count = 1, every_us = 0.0, poisson = false }
+//! ```
+//!
+//! Every time (`*_us`) must be a finite number below 2^62 ns (about 4.6e15 µs): zero or more
+//! for arrival times, `doorbell_us`, `runlist_us` and the `cwsr` costs, more than zero for
+//! `wg_us`, `quantum_us`, `unmap_timeout_us` and `check_interval_us`. What one scenario may
+//! ask of the simulator is bounded too; [`Scenario::validate`] refuses anything past these,
+//! naming the field and the limit:
+//!
+//! - at most [`MAX_TASKS`] tasks, and `ring_size` a power of two in 2..=65536;
+//! - at most [`MAX_REQUESTS`] requests (`arrival.count` summed over tasks), [`MAX_COMMANDS`]
+//!   kernels (`arrival.count × kernels`) and [`MAX_TOTAL_WORKGROUPS`] workgroups
+//!   (`arrival.count × kernels × kernel.workgroups`);
+//! - the longest run the scenario can make must end before 2^62 ns: the latest arrival
+//!   (`at_us + (count - 1) × every_us`, with `every_us` × [`POISSON_MAX_GAP`] for poisson
+//!   arrivals), plus every workgroup's `wg_us` back to back, plus 1 s — the point where the
+//!   runner gives up on outstanding work ([`Scenario::horizon_ns`]);
+//! - Scheme A's monitor and the HWS quantum tick at most [`MAX_TICKS`] times over that run
+//!   (`horizon / check_interval_us`, `horizon / quantum_us`).
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use xpreempt_amd::DestroyMode;
+use xpreempt_amd::config::{GpuConfig, MAX_TIME_NS, time_us_ok, time_us_requirement, us};
+use xpreempt_amd::rng::SplitMix;
+use xpreempt_core::{Nanos, Priority, ProcessId};
+
+/// The seed's train-vs-infer timeline; `xpreempt sim` runs it when given no file.
+pub const DEFAULT_SCENARIO: &str = include_str!("../../../../scenarios/train-vs-infer.toml");
+
+/// Most tasks (queues) in one scenario.
+pub const MAX_TASKS: usize = 1024;
+/// Most requests in one scenario: `arrival.count` summed over its tasks.
+pub const MAX_REQUESTS: u64 = 1_000_000;
+/// Most kernels (commands) in one scenario: `arrival.count × kernels` summed over its tasks.
+pub const MAX_COMMANDS: u64 = 10_000_000;
+/// Most workgroups in one scenario, `arrival.count × kernels × kernel.workgroups` summed over
+/// its tasks: a few minutes per mode at the model's few million workgroups per second.
+pub const MAX_TOTAL_WORKGROUPS: u64 = 1_000_000_000;
+/// Most periodic checks (Scheme A's monitor, the HWS quantum) over the longest run.
+pub const MAX_TICKS: u64 = 1_000_000_000;
+/// A poisson gap is `-every_us × ln(1 - u)` with `u` in [0, 1) on a 2^-53 grid, so it is at
+/// most `every_us × 53 ln 2` (36.74); validation bounds it with this factor.
+pub const POISSON_MAX_GAP: f64 = 37.0;
+/// The runner gives up on work still outstanding this long after it should have finished.
+pub const RUN_SLACK_NS: Nanos = 1_000_000_000;
+
+#[derive(Debug, Error)]
+pub enum ScenarioError {
+    #[error("scenario is not valid TOML for this model: {0}")]
+    Parse(#[from] toml::de::Error),
+    #[error("scenario `{scenario}`: {reason}")]
+    Invalid { scenario: String, reason: String },
+    #[error("scenario `{scenario}`: {field} must be {requirement}, got {value:?}")]
+    Time {
+        scenario: String,
+        field: String,
+        requirement: &'static str,
+        value: f64,
+    },
+    #[error("scenario `{scenario}`: {field} gives {value} {what}, more than the limit of {limit}")]
+    TooMany {
+        scenario: String,
+        field: String,
+        value: u128,
+        what: &'static str,
+        limit: u64,
+    },
+    #[error(
+        "scenario `{scenario}`: {field} could reach {ns} ns of simulated time, past the limit of 2^62 ns ({limit} ns)"
+    )]
+    TooLong {
+        scenario: String,
+        field: String,
+        ns: u128,
+        limit: Nanos,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    #[serde(default)]
+    pub gpu: GpuConfig,
+    #[serde(default)]
+    pub scheme_a: SchemeAConfig,
+    #[serde(default)]
+    pub scheme_b: SchemeBConfig,
+    pub tasks: Vec<Task>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchemeAConfig {
+    pub check_interval_us: f64,
+    pub mode: DestroyMode,
+}
+
+impl Default for SchemeAConfig {
+    fn default() -> Self {
+        Self {
+            check_interval_us: 5_000.0,
+            mode: DestroyMode::WavefrontSave,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchemeBConfig {
+    pub policy: String,
+    /// Progressive launching window of `lv1` (commands in flight, sync every `batch`).
+    pub lv1_threshold: u32,
+    pub lv1_batch: u32,
+    /// The window of `lv2`/`lv3`, which stop in-flight work in hardware.
+    pub threshold: u32,
+    pub batch: u32,
+}
+
+impl Default for SchemeBConfig {
+    fn default() -> Self {
+        Self {
+            policy: "hpf".into(),
+            lv1_threshold: 1,
+            lv1_batch: 1,
+            threshold: 64,
+            batch: 8,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Task {
+    pub name: String,
+    pub priority: Priority,
+    #[serde(default = "default_process")]
+    pub process: ProcessId,
+    #[serde(default = "default_ring")]
+    pub ring_size: u32,
+    /// `[first, count]`: the CUs this queue may use (spatial partitioning); all when absent.
+    #[serde(default)]
+    pub cu_range: Option<[u32; 2]>,
+    /// Kernels per request.
+    pub kernels: u32,
+    pub kernel: KernelSpec,
+    #[serde(default)]
+    pub arrival: Arrival,
+}
+
+fn default_process() -> ProcessId {
+    1
+}
+
+fn default_ring() -> u32 {
+    256
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelSpec {
+    pub workgroups: u32,
+    #[serde(default = "default_threads")]
+    pub wg_threads: u16,
+    pub wg_us: f64,
+    #[serde(default)]
+    pub jitter: f64,
+    #[serde(default)]
+    pub idempotent: bool,
+}
+
+fn default_threads() -> u16 {
+    256
+}
+
+/// When a task's requests arrive: `count` requests from `at_us`, `every_us` apart (the mean
+/// gap of exponential inter-arrival times when `poisson`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Arrival {
+    pub at_us: f64,
+    pub count: u32,
+    pub every_us: f64,
+    pub poisson: bool,
+}
+
+impl Default for Arrival {
+    fn default() -> Self {
+        Self {
+            at_us: 0.0,
+            count: 1,
+            every_us: 0.0,
+            poisson: false,
+        }
+    }
+}
+
+impl Scenario {
+    pub fn parse(text: &str) -> Result<Self, ScenarioError> {
+        let mut s: Scenario = toml::from_str(text)?;
+        s.gpu.seed = s.seed;
+        s.validate()?;
+        Ok(s)
+    }
+
+    pub fn default_scenario() -> Result<Self, ScenarioError> {
+        Self::parse(DEFAULT_SCENARIO)
+    }
+
+    fn invalid(&self, reason: String) -> ScenarioError {
+        ScenarioError::Invalid {
+            scenario: self.name.clone(),
+            reason,
+        }
+    }
+
+    fn time(&self, field: String, value: f64, zero_ok: bool) -> Result<(), ScenarioError> {
+        if time_us_ok(value, zero_ok) {
+            return Ok(());
+        }
+        Err(ScenarioError::Time {
+            scenario: self.name.clone(),
+            field,
+            requirement: time_us_requirement(zero_ok),
+            value,
+        })
+    }
+
+    fn at_most(
+        &self,
+        field: &str,
+        value: u128,
+        what: &'static str,
+        limit: u64,
+    ) -> Result<(), ScenarioError> {
+        if value <= u128::from(limit) {
+            return Ok(());
+        }
+        Err(ScenarioError::TooMany {
+            scenario: self.name.clone(),
+            field: field.to_string(),
+            value,
+            what,
+            limit,
+        })
+    }
+
+    fn before_the_limit(&self, field: String, ns: u128) -> Result<(), ScenarioError> {
+        if ns < u128::from(MAX_TIME_NS) {
+            return Ok(());
+        }
+        Err(ScenarioError::TooLong {
+            scenario: self.name.clone(),
+            field,
+            ns,
+            limit: MAX_TIME_NS,
+        })
+    }
+
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        for (name, v, zero_ok) in self.gpu.times_us() {
+            self.time(format!("gpu.{name}"), v, zero_ok)?;
+        }
+        self.gpu
+            .validate()
+            .map_err(|r| self.invalid(format!("gpu: {r}")))?;
+        if self.tasks.is_empty() {
+            return Err(self.invalid("no tasks".into()));
+        }
+        self.at_most("tasks", self.tasks.len() as u128, "tasks", MAX_TASKS as u64)?;
+        self.time(
+            "scheme_a.check_interval_us".into(),
+            self.scheme_a.check_interval_us,
+            false,
+        )?;
+        let b = &self.scheme_b;
+        for (what, t, n) in [
+            ("lv1", b.lv1_threshold, b.lv1_batch),
+            ("lv2/lv3", b.threshold, b.batch),
+        ] {
+            xpreempt_core::QueueConfig::new(t, n, xpreempt_core::Level::Lv1)
+                .map_err(|e| self.invalid(format!("scheme_b {what} window: {e}")))?;
+        }
+        xpreempt_core::policy::by_name(&b.policy)
+            .map_err(|e| self.invalid(format!("scheme_b.policy: {e}")))?;
+        for (i, t) in self.tasks.iter().enumerate() {
+            let bad = |r: &str| self.invalid(format!("task `{}`: {r}", t.name));
+            let field = |f: &str| format!("task `{}` {f}", t.name);
+            if self.tasks[..i].iter().any(|o| o.name == t.name) {
+                return Err(bad("name used twice"));
+            }
+            if t.kernels == 0 || t.kernel.workgroups == 0 || t.kernel.wg_threads == 0 {
+                return Err(bad("kernels, workgroups and wg_threads must be at least 1"));
+            }
+            if u64::from(t.kernel.workgroups) > xpreempt_amd::aql::MAX_WORKGROUPS
+                || u64::from(t.kernel.workgroups) * u64::from(t.kernel.wg_threads)
+                    > u64::from(u32::MAX)
+            {
+                return Err(bad(&format!(
+                    "a kernel's grid is larger than one AQL dispatch can describe \
+                     (kernel.workgroups at most {}, × kernel.wg_threads at most {})",
+                    xpreempt_amd::aql::MAX_WORKGROUPS,
+                    u32::MAX
+                )));
+            }
+            self.time(field("kernel.wg_us"), t.kernel.wg_us, false)?;
+            if !(0.0..1.0).contains(&t.kernel.jitter) {
+                return Err(bad(&format!(
+                    "kernel.jitter must be in [0, 1), got {}",
+                    t.kernel.jitter
+                )));
+            }
+            if u32::from(t.kernel.wg_threads).div_ceil(64) > self.gpu.waves_per_cu {
+                return Err(bad("a workgroup has more waves than a CU has slots"));
+            }
+            if t.arrival.count == 0 {
+                return Err(bad("arrival needs count >= 1"));
+            }
+            self.time(field("arrival.at_us"), t.arrival.at_us, true)?;
+            self.time(field("arrival.every_us"), t.arrival.every_us, true)?;
+            let (last, how) = Self::last_arrival_bound(t);
+            self.before_the_limit(field(how), last)?;
+            if let Some([first, count]) = t.cu_range
+                && (count == 0 || first.saturating_add(count) > self.gpu.cus)
+            {
+                return Err(bad("cu_range must select CUs that exist"));
+            }
+            if !t.ring_size.is_power_of_two() || !(2..=65536).contains(&t.ring_size) {
+                return Err(bad(&format!(
+                    "ring_size must be a power of two in 2..=65536, got {}",
+                    t.ring_size
+                )));
+            }
+        }
+        let sum = |f: &dyn Fn(&Task) -> u128| self.tasks.iter().map(f).sum::<u128>();
+        let requests = sum(&|t| u128::from(t.arrival.count));
+        self.at_most(
+            "arrival.count summed over tasks",
+            requests,
+            "requests",
+            MAX_REQUESTS,
+        )?;
+        let commands = sum(&|t| u128::from(t.arrival.count) * u128::from(t.kernels));
+        self.at_most(
+            "arrival.count × kernels summed over tasks",
+            commands,
+            "kernels",
+            MAX_COMMANDS,
+        )?;
+        let workgroups = sum(&|t| {
+            u128::from(t.arrival.count) * u128::from(t.kernels) * u128::from(t.kernel.workgroups)
+        });
+        self.at_most(
+            "arrival.count × kernels × kernel.workgroups summed over tasks",
+            workgroups,
+            "workgroups",
+            MAX_TOTAL_WORKGROUPS,
+        )?;
+        let horizon = self.horizon_ns();
+        self.before_the_limit(
+            "the longest run (latest arrival + every workgroup's wg_us back to back + 1 s)".into(),
+            horizon,
+        )?;
+        for (field, interval_us) in [
+            (
+                "scheme_a.check_interval_us",
+                self.scheme_a.check_interval_us,
+            ),
+            ("gpu.quantum_us", self.gpu.quantum_us),
+        ] {
+            let ticks = horizon / u128::from(us(interval_us).max(1));
+            self.at_most(
+                field,
+                ticks,
+                "periodic ticks over the longest run",
+                MAX_TICKS,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The latest a task's last request can arrive, in ns, and how that is computed.
+    fn last_arrival_bound(t: &Task) -> (u128, &'static str) {
+        let a = &t.arrival;
+        let (gap, how) = if a.poisson {
+            (
+                us(a.every_us * POISSON_MAX_GAP),
+                "arrival (at_us + (count - 1) × every_us × 37, the longest poisson gaps)",
+            )
+        } else {
+            (us(a.every_us), "arrival (at_us + (count - 1) × every_us)")
+        };
+        let n = u128::from(a.count.saturating_sub(1));
+        (u128::from(us(a.at_us)) + n * u128::from(gap), how)
+    }
+
+    /// The longest run this scenario can make, in ns: the latest possible arrival, plus every
+    /// workgroup's time back to back, plus [`RUN_SLACK_NS`]. The runner stops there at the
+    /// latest; validation keeps it below 2^62 ns.
+    pub fn horizon_ns(&self) -> u128 {
+        let last = self
+            .tasks
+            .iter()
+            .map(|t| Self::last_arrival_bound(t).0)
+            .max()
+            .unwrap_or(0);
+        let serial: u128 = self
+            .tasks
+            .iter()
+            .map(|t| {
+                u128::from(t.arrival.count)
+                    .saturating_mul(u128::from(t.kernels))
+                    .saturating_mul(u128::from(t.kernel.workgroups))
+                    .saturating_mul(u128::from(us(t.kernel.wg_us)))
+            })
+            .fold(0, u128::saturating_add);
+        last.saturating_add(serial)
+            .saturating_add(u128::from(RUN_SLACK_NS))
+    }
+
+    /// Every request's arrival time, as (time, task index), in time order (ties by task).
+    pub fn arrivals(&self) -> Vec<(Nanos, usize)> {
+        let mut rng = SplitMix::new(self.seed ^ 0xa11e_0000);
+        let mut out = Vec::new();
+        for (i, t) in self.tasks.iter().enumerate() {
+            let mut at = us(t.arrival.at_us);
+            for _ in 0..t.arrival.count {
+                out.push((at, i));
+                let gap = if t.arrival.poisson {
+                    let u = rng.next_unit();
+                    -t.arrival.every_us * (1.0 - u).ln()
+                } else {
+                    t.arrival.every_us
+                };
+                at = at.saturating_add(us(gap));
+            }
+        }
+        out.sort_by_key(|&(t, i)| (t, i));
+        out
+    }
+
+    /// The same scenario with only one task (its standalone run).
+    pub fn only(&self, task: usize) -> Self {
+        let mut s = self.clone();
+        s.tasks = vec![self.tasks[task].clone()];
+        s
+    }
+
+    pub fn total_workgroups(&self) -> u64 {
+        self.tasks
+            .iter()
+            .map(|t| {
+                u64::from(t.arrival.count)
+                    .saturating_mul(u64::from(t.kernels))
+                    .saturating_mul(u64::from(t.kernel.workgroups))
+            })
+            .fold(0, u64::saturating_add)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_scenario_parses() {
+        let s = Scenario::default_scenario().unwrap();
+        assert_eq!(s.name, "train-vs-infer");
+        assert_eq!(s.tasks.len(), 2);
+        assert!(s.arrivals().windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    #[test]
+    fn bad_scenarios_say_what_is_wrong() {
+        let err = Scenario::parse("name = \"x\"\ntasks = []\n").unwrap_err();
+        assert!(err.to_string().contains("no tasks"), "{err}");
+        let err = Scenario::parse("name = \"x\"\nbogus = 1\ntasks = []\n").unwrap_err();
+        assert!(err.to_string().contains("bogus"), "{err}");
+        let text = "name = \"x\"\n[[tasks]]\nname = \"a\"\npriority = 1\nkernels = 1\nkernel = { workgroups = 1, wg_us = -1.0 }\n";
+        let err = Scenario::parse(text).unwrap_err();
+        assert!(err.to_string().contains("wg_us"), "{err}");
+    }
+}

@@ -1,0 +1,65 @@
+//! Every scenario shipped in `scenarios/` parses and runs every kernel exactly once in all five
+//! modes; the spatial-partition one shows what a CU mask costs compared with preemption.
+
+use std::path::PathBuf;
+use xpreempt_sim::report::{SimOptions, simulate};
+use xpreempt_sim::runner::Mode;
+use xpreempt_sim::scenario::Scenario;
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../scenarios")
+}
+
+fn load(name: &str) -> Scenario {
+    let text = std::fs::read_to_string(dir().join(name)).expect("scenario file");
+    Scenario::parse(&text).expect("scenario parses")
+}
+
+#[test]
+fn shipped_scenarios_run_exactly_once_in_every_mode() {
+    let mut names: Vec<String> = std::fs::read_dir(dir())
+        .expect("scenarios directory")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".toml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 4, "{names:?}");
+    for name in names {
+        let s = load(&name);
+        let (report, runs) = simulate(&s, &Mode::ALL, &SimOptions::default()).unwrap();
+        for (m, r) in report.modes.iter().zip(&runs) {
+            assert!(m.exactly_once, "{name} {}: {:?}", m.mode, r.problems);
+        }
+    }
+}
+
+#[test]
+fn a_cu_partition_isolates_but_halves_the_gpu() {
+    let part = load("spatial-partition.toml");
+    let (r, _) = simulate(&part, &[Mode::None], &SimOptions::default()).unwrap();
+    let infer = r.modes[0].tasks.iter().find(|t| t.name == "infer").unwrap();
+    // Alone on half the CUs it is as slow as with the partition: nothing else interferes...
+    assert!((infer.latency_us - infer.standalone_us).abs() < 0.01 * infer.standalone_us);
+    let full = Scenario::default_scenario().unwrap();
+    let (f, _) = simulate(&full, &[Mode::Lv3], &SimOptions::default()).unwrap();
+    let lv3 = f.modes[0].tasks.iter().find(|t| t.name == "infer").unwrap();
+    // ...but preemption on the whole GPU answers far sooner.
+    assert!(
+        lv3.latency_us * 1.5 < infer.latency_us,
+        "lv3 {lv3:?} vs partition {infer:?}"
+    );
+}
+
+#[test]
+fn a_ring_smaller_than_the_work_or_the_window_still_runs_everything() {
+    let mut s = Scenario::default_scenario().unwrap();
+    for t in &mut s.tasks {
+        t.ring_size = 4;
+        t.kernels = 12;
+        t.kernel.workgroups = 160;
+    }
+    let (report, runs) = simulate(&s, &Mode::ALL, &SimOptions::default()).unwrap();
+    for (m, r) in report.modes.iter().zip(&runs) {
+        assert!(m.exactly_once, "{}: {:?}", m.mode, r.problems);
+    }
+}
