@@ -2,8 +2,8 @@
 //!
 //! A queue's report runs the [`Driver`] on the reporting thread and applies the resulting
 //! suspend/resume at once: a latency-critical submission preempts the best-effort queue without
-//! waking any other thread (a hand-off to a scheduler thread cost hundreds of µs at p99 on the
-//! GPU machine). A timer thread only serves the policy's timeslices, aging and resume retries.
+//! waking any other thread (handing decisions to a separate thread cost hundreds of µs at p99 on
+//! the GPU machine). A timer thread only serves the policy's timeslices, aging and resume retries.
 
 use super::driver::Driver;
 use super::protocol::{QueueInfo, QueueReport, SchedEvent};
