@@ -2,8 +2,9 @@
 //! MEC/pipe/queue shape), HWS map latency ~20 µs (seed 004), doorbell-to-CP ~1 µs (seed 002),
 //! CWSR 1–10 µs (seed 000), KFD's 9 s `queue_preemption_timeout_ms`.
 
-use crate::cpsch::{PipePolicy, Topology};
+use crate::cpsch::{CpschError, PipePolicy, Topology};
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 use xpreempt_types::Nanos;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -112,29 +113,54 @@ impl CwsrCost {
     }
 }
 
+/// A GPU configuration the model cannot be built from.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ConfigError {
+    #[error("{field} must be 1..={max}, got {got}")]
+    Count {
+        field: &'static str,
+        max: u32,
+        got: u32,
+    },
+    #[error("cu_groups must be 1..=cus ({cus}), got {got}")]
+    CuGroups { cus: u32, got: u32 },
+    #[error("{field} must be {}, got {value}", time_us_requirement(*zero_ok))]
+    Time {
+        field: &'static str,
+        value: f64,
+        zero_ok: bool,
+    },
+    #[error(transparent)]
+    Topology(#[from] CpschError),
+}
+
 impl GpuConfig {
-    pub fn validate(&self) -> Result<(), String> {
-        if self.cus == 0 || self.cus > 4096 {
-            return Err(format!("cus must be 1..=4096, got {}", self.cus));
-        }
-        if self.waves_per_cu == 0 || self.waves_per_cu > MAX_WAVES_PER_CU {
-            return Err(format!(
-                "waves_per_cu must be 1..={MAX_WAVES_PER_CU}, got {}",
-                self.waves_per_cu
-            ));
-        }
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let count = |field, got: u32, max: u32| {
+            if got == 0 || got > max {
+                Err(ConfigError::Count { field, max, got })
+            } else {
+                Ok(())
+            }
+        };
+        count("cus", self.cus, 4096)?;
+        count("waves_per_cu", self.waves_per_cu, MAX_WAVES_PER_CU)?;
         if self.cu_groups == 0 || self.cu_groups > self.cus {
-            return Err(format!("cu_groups must be 1..=cus, got {}", self.cu_groups));
+            return Err(ConfigError::CuGroups {
+                cus: self.cus,
+                got: self.cu_groups,
+            });
         }
-        for (name, v, zero_ok) in self.times_us() {
-            if !time_us_ok(v, zero_ok) {
-                return Err(format!(
-                    "{name} must be {}, got {v}",
-                    time_us_requirement(zero_ok)
-                ));
+        for (field, value, zero_ok) in self.times_us() {
+            if !time_us_ok(value, zero_ok) {
+                return Err(ConfigError::Time {
+                    field,
+                    value,
+                    zero_ok,
+                });
             }
         }
-        self.topology.validate().map_err(|e| e.to_string())
+        Ok(self.topology.validate()?)
     }
 
     /// Every time setting: (field, value in µs, whether 0 is allowed).
@@ -179,6 +205,6 @@ mod tests {
             cus: 0,
             ..GpuConfig::default()
         };
-        assert!(bad.validate().unwrap_err().contains("cus"));
+        assert!(bad.validate().unwrap_err().to_string().contains("cus"));
     }
 }

@@ -181,7 +181,7 @@ pub struct Gpu {
 
 impl Gpu {
     pub fn new(cfg: GpuConfig) -> Result<Self, ModelError> {
-        cfg.validate().map_err(ModelError::Config)?;
+        cfg.validate()?;
         Ok(Self {
             cpsch: Cpsch::new(cfg.topology, cfg.pipe_policy)?,
             compute: Compute::new(cfg.cus, cfg.waves_per_cu, cfg.cu_groups),

@@ -59,5 +59,7 @@ pub enum ModelError {
         dispatch: u64,
     },
     #[error("invalid configuration: {0}")]
-    Config(String),
+    Config(#[from] crate::config::ConfigError),
+    #[error("queue {name}: the CU mask selects no CU")]
+    EmptyCuMask { name: String },
 }

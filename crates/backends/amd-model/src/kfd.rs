@@ -93,10 +93,9 @@ impl Gpu {
         if let Some(m) = &props.cu_mask
             && m.count() == 0
         {
-            return Err(ModelError::Config(format!(
-                "queue {}: the CU mask selects no CU",
-                props.name
-            )));
+            return Err(ModelError::EmptyCuMask {
+                name: props.name.clone(),
+            });
         }
         if !self.cfg.oversubscription && self.cpsch.free_slots() <= self.waiting.len() as u32 {
             // What allocate_hqd answers on a full MEC.
