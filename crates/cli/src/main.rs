@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod ops;
 mod output;
 mod policy;
 mod sim;
@@ -39,6 +40,14 @@ enum Command {
     Policy(policy::Args),
     /// Run a scenario on the AMD queue-hardware model under none, lv1, scheme-a, lv2 and lv3.
     Sim(sim::Args),
+    /// Run the global-mode daemon (the same as `xpreemptd`).
+    Daemon(xpreempt_daemon::cli::Args),
+    /// The running daemon's queues: process, priorities, state, counters.
+    List(ops::Conn),
+    /// The running daemon's statistics.
+    Stats(ops::Conn),
+    /// Change the priority of a process's queues (PID) or of one queue (q7).
+    SetPriority(ops::SetPriority),
 }
 
 fn main() -> Result<()> {
@@ -54,5 +63,9 @@ fn main() -> Result<()> {
         Command::Bench(args) => bench::run(&out, &args),
         Command::Policy(args) => policy::run(&out, &args),
         Command::Sim(args) => sim::run(&out, &args),
+        Command::Daemon(args) => xpreempt_daemon::cli::run(&args),
+        Command::List(conn) => ops::list(&out, &conn),
+        Command::Stats(conn) => ops::stats(&out, &conn),
+        Command::SetPriority(args) => ops::set_priority(&out, &args),
     }
 }

@@ -190,6 +190,10 @@ impl Preemptible for Probe {
         self.suspended.store(false, Ordering::Relaxed);
         Ok(None)
     }
+    fn stats(&self) -> xpreempt_core::stats::QueueStats {
+        xpreempt_core::stats::QueueStats::default()
+    }
+
     fn set_refused(&self, refused: bool) {
         self.refused.store(refused, Ordering::Relaxed);
     }

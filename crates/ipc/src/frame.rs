@@ -66,7 +66,9 @@ pub fn read_bytes(r: &mut impl Read) -> Result<Vec<u8>, FrameError> {
 pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
     let (msg, rest) = postcard::take_from_bytes(body).map_err(FrameError::Malformed)?;
     if !rest.is_empty() {
-        return Err(FrameError::Malformed(postcard::Error::DeserializeBadEncoding));
+        return Err(FrameError::Malformed(
+            postcard::Error::DeserializeBadEncoding,
+        ));
     }
     Ok(msg)
 }

@@ -11,6 +11,7 @@
 
 pub mod frame;
 pub mod msg;
+pub mod operator;
 pub mod shm;
 pub mod unix;
 

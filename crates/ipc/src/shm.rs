@@ -208,8 +208,7 @@ impl Segment {
         }
         let seg = Self::map(fd, len)?;
         let h = seg.header();
-        h.version
-            .store(crate::PROTOCOL_VERSION, Ordering::Relaxed);
+        h.version.store(crate::PROTOCOL_VERSION, Ordering::Relaxed);
         h.slots.store(slots, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         Ok(seg)
@@ -257,9 +256,8 @@ impl Segment {
         if p == libc::MAP_FAILED {
             return Err(ShmError::Map(io::Error::last_os_error()));
         }
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| {
-            ShmError::Map(io::Error::other("mmap returned a null mapping"))
-        })?;
+        let ptr = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| ShmError::Map(io::Error::other("mmap returned a null mapping")))?;
         Ok(Self { ptr, len, fd })
     }
 
@@ -371,7 +369,10 @@ mod tests {
         let t = Instant::now();
         seg.header().to_daemon.ring();
         assert_eq!(waiter.join().unwrap(), seen + 1);
-        assert!(t.elapsed() < Duration::from_secs(5), "woken by the ring, not the timeout");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "woken by the ring, not the timeout"
+        );
     }
 
     proptest! {

@@ -34,6 +34,8 @@ pub trait Preemptible: Send + Sync {
     fn suspend(&self) -> Result<Option<QueueReport>, QueueOpError>;
     fn resume(&self) -> Result<Option<QueueReport>, QueueOpError>;
     fn set_refused(&self, refused: bool);
+    /// A snapshot of the queue's counters and latency histograms.
+    fn stats(&self) -> QueueStats;
 }
 
 /// A shared queue keeps its own clock (its watcher times settling on it); the driver's `now`
@@ -214,10 +216,6 @@ where
         }
     }
 
-    pub fn stats(&self) -> QueueStats {
-        self.inner.lock().stats().clone()
-    }
-
     pub fn is_suspended(&self) -> bool {
         self.inner.lock().is_suspended()
     }
@@ -257,6 +255,10 @@ where
 
     fn set_refused(&self, refused: bool) {
         self.inner.refused.store(refused, Ordering::Relaxed);
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.inner.lock().stats().clone()
     }
 }
 

@@ -1,0 +1,140 @@
+//! The operator's commands against a running daemon: `list`, `stats`, `set-priority`, and
+//! `daemon` (the daemon itself, as `xpreemptd` runs it).
+
+use crate::output::Output;
+use anyhow::{Context, Result, bail};
+use std::path::PathBuf;
+use xpreempt_ipc::msg::{QueueRow, Target};
+use xpreempt_ipc::operator::Operator;
+
+#[derive(clap::Args)]
+pub struct Conn {
+    /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock,
+    /// else /run/xpreempt/xpreempt.sock].
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+impl Conn {
+    pub fn connect(&self) -> Result<Operator> {
+        let path = self
+            .socket
+            .clone()
+            .unwrap_or_else(xpreempt_ipc::default_socket);
+        Ok(Operator::connect(&path)?)
+    }
+}
+
+#[derive(clap::Args)]
+pub struct SetPriority {
+    /// A process id, or a queue as `q7`.
+    target: String,
+    /// The new logical priority (larger runs first).
+    #[arg(allow_hyphen_values = true)]
+    priority: i32,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+pub fn list(out: &Output, conn: &Conn) -> Result<()> {
+    let rows = conn.connect()?.list()?;
+    out.emit(&rows, || table(&rows))
+}
+
+pub fn stats(out: &Output, conn: &Conn) -> Result<()> {
+    let s = conn.connect()?.stats()?;
+    out.emit(&s, || {
+        let mut t = format!(
+            "protocol {}  clients {}  bad frames {}  watchdog {}  fast-path wake-ups {}\n",
+            s.protocol, s.clients, s.bad_frames, s.watchdog_fires, s.fast_path_wakeups
+        );
+        t.push_str(&format!(
+            "{:>6} {:<10} {:>6} {:>8} {:>11} {:>8} {:>10}\n",
+            "device", "policy", "queues", "checks", "preemptions", "resumes", "inversions"
+        ));
+        for d in &s.devices {
+            t.push_str(&format!(
+                "{:>6} {:<10} {:>6} {:>8} {:>11} {:>8} {:>10}\n",
+                d.device,
+                d.policy,
+                d.queues,
+                d.scheduler.checks,
+                d.scheduler.preemptions,
+                d.scheduler.resumes,
+                d.scheduler.inversions
+            ));
+        }
+        t
+    })
+}
+
+pub fn set_priority(out: &Output, args: &SetPriority) -> Result<()> {
+    let target = parse_target(&args.target)?;
+    let changed = args.conn.connect()?.set_priority(target, args.priority)?;
+    #[derive(serde::Serialize)]
+    struct Changed {
+        changed: u32,
+        priority: i32,
+    }
+    let c = Changed {
+        changed,
+        priority: args.priority,
+    };
+    out.emit(&c, || {
+        format!("{changed} queue(s) now at priority {}\n", args.priority)
+    })
+}
+
+fn parse_target(s: &str) -> Result<Target> {
+    if let Some(q) = s.strip_prefix('q') {
+        let n = q
+            .parse()
+            .with_context(|| format!("`{s}`: a queue is q followed by its number"))?;
+        return Ok(Target::Queue(xpreempt_core::QueueId(n)));
+    }
+    match s.parse() {
+        Ok(pid) => Ok(Target::Process(pid)),
+        Err(_) => bail!("`{s}` is neither a process id nor a queue (q7)"),
+    }
+}
+
+pub fn table(rows: &[QueueRow]) -> String {
+    let mut t = format!(
+        "{:>5} {:>7} {:<16} {:>3} {:>4} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>12}\n",
+        "queue",
+        "pid",
+        "process",
+        "dev",
+        "lvl",
+        "prio",
+        "eff",
+        "state",
+        "flight",
+        "pending",
+        "preempt",
+        "resumes",
+        "susp p99 µs"
+    );
+    for r in rows {
+        t.push_str(&format!(
+            "{:>5} {:>7} {:<16} {:>3} {:>4} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>12.1}\n",
+            r.queue.to_string(),
+            r.process,
+            r.process_name.chars().take(16).collect::<String>(),
+            r.device,
+            r.level.to_string(),
+            r.logical_priority,
+            r.effective_priority,
+            format!("{:?}", r.state).to_lowercase(),
+            r.in_flight,
+            r.pending,
+            r.preemptions,
+            r.resumes,
+            r.suspend_p99_ns as f64 / 1e3
+        ));
+    }
+    if rows.is_empty() {
+        t.push_str("(no queues registered)\n");
+    }
+    t
+}

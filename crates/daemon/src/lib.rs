@@ -1,0 +1,20 @@
+//! `xpreemptd`: global mode's daemon. One scheduler per device schedules the queues of every
+//! process that runs an agent (`xpreempt-agent`).
+//!
+//! - The socket ([`server`]) takes registrations, hints, priority changes and operator requests,
+//!   and checks who may change what (`SO_PEERCRED`).
+//! - Each agent gets a shared segment; one thread per agent sleeps on its doorbell and runs the
+//!   decision the moment a queue's state changes ([`state::State::take_reports`]); commands go
+//!   back through the segment. The socket is not on that path.
+//! - A client that exits, crashes or is killed closes its socket: its queues leave the scheduler
+//!   and whatever was suspended for them resumes at once. One that stops beating while it has
+//!   work is taken out of contention by the watchdog.
+//! - Malformed, truncated, oversized or wrong-version frames close that connection only.
+
+pub mod cli;
+mod metrics;
+mod remote;
+pub mod server;
+pub mod state;
+
+pub use server::{Config, Daemon, DaemonError, PolicySpec};

@@ -1,0 +1,109 @@
+//! Global mode with agents in this process: the daemon suspends a low queue of one agent for a
+//! high queue of another, nothing is lost, the daemon's death lets the low queue run at once,
+//! and the agents come back to a restarted daemon.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+use xpreempt_core::HwQueue;
+use xpreempt_core::sched::protocol::QueueState;
+use xpreempt_core::xqueue::threaded::Preemptible;
+
+#[test]
+fn a_high_queue_in_one_agent_suspends_a_low_queue_in_another_and_nothing_is_lost() {
+    let sock = socket("basic");
+    let _d = daemon(&sock);
+    let dev = Device::new();
+    let (a, b) = (agent(&sock, "low"), agent(&sock, "high"));
+    assert!(a.is_remote() && b.is_remote());
+    let low = queue(&a, &dev, 1);
+    let high = queue(&b, &dev, 10);
+    for _ in 0..40 {
+        low.submit(kernel(2, 200_000)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    for _ in 0..5 {
+        high.submit(kernel(1, 100_000)).unwrap();
+    }
+    assert!(
+        within(Duration::from_secs(2), || low.is_suspended()).is_some(),
+        "the daemon never suspended the low queue"
+    );
+    high.wait_all().unwrap();
+    assert!(
+        within(Duration::from_secs(2), || !low.is_suspended()).is_some(),
+        "the low queue was not resumed after the high one went idle"
+    );
+    low.wait_all().unwrap();
+    assert_eq!(low.hal().completed(), 40);
+    assert_eq!(high.hal().completed(), 5);
+    for s in 0..40 {
+        assert_eq!(dev.dev.block_runs(low.hal(), s), vec![1, 1], "command {s}");
+    }
+    assert!(Preemptible::stats(&*low).preemptions >= 1);
+    let mut op = Operator::connect(&sock);
+    assert_eq!(op.list().len(), 2);
+    // Idle reaches the daemon from the completion watchers, shortly after wait_all returns.
+    let all_idle = within(Duration::from_secs(2), || {
+        op.list().iter().all(|r| r.state == QueueState::Idle)
+    });
+    assert!(all_idle.is_some(), "{:?}", op.list());
+}
+
+/// `xpreemptd` as a separate process on `sock`.
+fn daemon_process(sock: &std::path::Path) -> std::process::Child {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_xpreemptd"))
+        .arg("--socket")
+        .arg(sock)
+        .env("XPREEMPT_LOG", "warn")
+        .spawn()
+        .expect("xpreemptd starts");
+    assert!(
+        within(Duration::from_secs(5), || {
+            std::os::unix::net::UnixStream::connect(sock).is_ok()
+        })
+        .is_some(),
+        "xpreemptd never listened"
+    );
+    child
+}
+
+#[test]
+fn when_the_daemon_is_killed_agents_resume_their_queues_run_locally_and_come_back() {
+    let sock = socket("death");
+    let mut d = daemon_process(&sock);
+    let dev = Device::new();
+    let (a, b) = (agent(&sock, "low"), agent(&sock, "high"));
+    let low = queue(&a, &dev, 1);
+    let high = queue(&b, &dev, 10);
+    for _ in 0..10 {
+        high.submit(kernel(1, 100_000_000)).unwrap();
+    }
+    for _ in 0..10 {
+        low.submit(kernel(1, 1_000_000)).unwrap();
+    }
+    assert!(within(Duration::from_secs(2), || low.is_suspended()).is_some());
+    d.kill().unwrap();
+    d.wait().unwrap();
+    let resumed = within(Duration::from_secs(1), || !low.is_suspended());
+    assert!(
+        resumed.is_some(),
+        "the low queue stayed suspended after the daemon died"
+    );
+    assert!(
+        !a.is_remote(),
+        "the agent did not notice the daemon's death"
+    );
+    let mut d2 = daemon_process(&sock);
+    assert!(
+        within(Duration::from_secs(3), || a.is_remote() && b.is_remote()).is_some(),
+        "agents did not reconnect"
+    );
+    assert!(
+        within(Duration::from_secs(2), || low.is_suspended()).is_some(),
+        "the restarted daemon did not take over the decision"
+    );
+    d2.kill().unwrap();
+    let _ = d2.wait();
+}

@@ -1,0 +1,85 @@
+//! The operator's side of the socket: lists, statistics and priority changes, as the CLI and
+//! `xpreempt top` ask for them.
+
+use crate::frame::{self, FrameError};
+use crate::msg::{ClientMsg, DaemonMsg, DaemonStats, QueueRow, Role, Target};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+use xpreempt_types::Priority;
+
+#[derive(Debug, Error)]
+pub enum OperatorError {
+    #[error("no xpreempt daemon at {path} (start one with `xpreemptd` or `xpreempt daemon`)")]
+    NoDaemon {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the daemon refused: {0}")]
+    Refused(String),
+    #[error("the daemon answered with an unexpected message")]
+    Unexpected,
+    #[error("talking to the daemon")]
+    Frame(#[from] FrameError),
+}
+
+pub struct Operator {
+    stream: UnixStream,
+}
+
+impl Operator {
+    pub fn connect(path: &Path) -> Result<Self, OperatorError> {
+        let mut stream = UnixStream::connect(path).map_err(|source| OperatorError::NoDaemon {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        frame::write(
+            &mut stream,
+            &ClientMsg::Hello {
+                version: crate::PROTOCOL_VERSION,
+                role: Role::Operator,
+                name: "xpreempt".into(),
+            },
+        )?;
+        match frame::read::<DaemonMsg>(&mut stream)? {
+            DaemonMsg::Ready => Ok(Self { stream }),
+            DaemonMsg::Refused { reason } => Err(OperatorError::Refused(reason)),
+            _ => Err(OperatorError::Unexpected),
+        }
+    }
+
+    pub fn ask(&mut self, msg: &ClientMsg) -> Result<DaemonMsg, OperatorError> {
+        frame::write(&mut self.stream, msg)?;
+        match frame::read::<DaemonMsg>(&mut self.stream)? {
+            DaemonMsg::Refused { reason } => Err(OperatorError::Refused(reason)),
+            reply => Ok(reply),
+        }
+    }
+
+    pub fn list(&mut self) -> Result<Vec<QueueRow>, OperatorError> {
+        match self.ask(&ClientMsg::List)? {
+            DaemonMsg::List(rows) => Ok(rows),
+            _ => Err(OperatorError::Unexpected),
+        }
+    }
+
+    pub fn stats(&mut self) -> Result<DaemonStats, OperatorError> {
+        match self.ask(&ClientMsg::Stats)? {
+            DaemonMsg::Stats(s) => Ok(s),
+            _ => Err(OperatorError::Unexpected),
+        }
+    }
+
+    /// Returns how many queues changed.
+    pub fn set_priority(
+        &mut self,
+        target: Target,
+        priority: Priority,
+    ) -> Result<u32, OperatorError> {
+        match self.ask(&ClientMsg::SetPriority { target, priority })? {
+            DaemonMsg::Done { changed } => Ok(changed),
+            _ => Err(OperatorError::Unexpected),
+        }
+    }
+}
