@@ -60,12 +60,12 @@ pub struct ProgramCode {
 
 /// What an object file declares.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PolicyObject {
+pub struct BpfObject {
     pub maps: Vec<MapDef>,
     pub programs: Vec<ProgramCode>,
 }
 
-impl PolicyObject {
+impl BpfObject {
     pub fn program(&self, hook: Hook) -> Option<&ProgramCode> {
         self.programs.iter().find(|p| p.hook == hook)
     }
@@ -76,7 +76,7 @@ fn err(e: object::Error) -> ElfError {
 }
 
 /// Parses and relocates an object file's bytes.
-pub fn parse(data: &[u8]) -> Result<PolicyObject, ElfError> {
+pub fn parse(data: &[u8]) -> Result<BpfObject, ElfError> {
     let file = object::File::parse(data).map_err(err)?;
     if file.format() != object::BinaryFormat::Elf {
         return Err(ElfError::Parse(format!("{:?} file", file.format())));
@@ -172,7 +172,7 @@ pub fn parse(data: &[u8]) -> Result<PolicyObject, ElfError> {
         return Err(ElfError::NoPrograms);
     }
     programs.sort_by_key(|p| p.hook);
-    Ok(PolicyObject { maps, programs })
+    Ok(BpfObject { maps, programs })
 }
 
 type MapSymbols = Vec<(object::SymbolIndex, usize)>;

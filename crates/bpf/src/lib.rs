@@ -6,7 +6,7 @@
 //! - [`verifier`] proves a program safe and bounded before it may run;
 //! - [`maps`] holds hash and array maps, [`helpers`] the functions programs call;
 //! - [`vm`] wraps rbpf (interpreter by default, JIT only for verified programs);
-//! - [`policy`] ties an object's maps and programs together;
+//! - [`program`] ties an object's maps and programs together;
 //! - [`hooks`] implements the scheduler's [`xpreempt_core::sched::Hooks`];
 //! - [`ctx`] holds the context structs, shared with `include/xpreempt_bpf.h`;
 //! - [`pin`] keeps an installed policy and its maps in a state directory for the CLI.
@@ -17,13 +17,13 @@ pub mod helpers;
 pub mod hooks;
 pub mod maps;
 pub mod pin;
-pub mod policy;
+pub mod program;
 pub mod verifier;
 pub mod vm;
 
 pub use ctx::Hook;
 pub use hooks::BpfHooks;
-pub use policy::{LoadError, LoadOptions, Policy};
+pub use program::{BpfProgram, LoadError, LoadOptions, ProgramInfo};
 pub use vm::ExecMode;
 
 /// Where the build put `policies/*.c` and `tests/bpf/*.c` compiled with clang.

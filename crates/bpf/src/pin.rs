@@ -16,7 +16,7 @@
 //! same map race, the last rename wins.
 
 use crate::maps::{Map, MapDef, MapSnapshot};
-use crate::policy::{LoadError, LoadOptions, Policy, ProgramInfo};
+use crate::program::{BpfProgram, LoadError, LoadOptions, ProgramInfo};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -106,8 +106,8 @@ impl StateDir {
         name: &str,
         source: &str,
         bytes: &[u8],
-    ) -> Result<(Installed, Policy), PinError> {
-        let mut policy = Policy::load(name, bytes, LoadOptions::default())?;
+    ) -> Result<(Installed, BpfProgram), PinError> {
+        let mut policy = BpfProgram::load(name, bytes, LoadOptions::default())?;
         // Keep the configuration of maps that survive the reload.
         let old = self.snapshots()?;
         policy.restore(&old);
@@ -152,11 +152,11 @@ impl StateDir {
     }
 
     /// The installed policy, with its pinned map contents: what the scheduler runs.
-    pub fn load_installed(&self, opts: LoadOptions) -> Result<Policy, PinError> {
+    pub fn load_installed(&self, opts: LoadOptions) -> Result<BpfProgram, PinError> {
         let meta = self.installed()?;
         let p = self.object_path();
         let bytes = std::fs::read(&p).map_err(io(&p))?;
-        let mut policy = Policy::load(&meta.name, &bytes, opts)?;
+        let mut policy = BpfProgram::load(&meta.name, &bytes, opts)?;
         policy.restore(&self.snapshots()?);
         Ok(policy)
     }
@@ -221,7 +221,7 @@ impl StateDir {
 
     /// Writes back every map of `policy` (after a run, so the CLI sees what the program
     /// learned).
-    pub fn save_maps(&self, policy: &Policy) -> Result<(), PinError> {
+    pub fn save_maps(&self, policy: &BpfProgram) -> Result<(), PinError> {
         for m in policy.maps() {
             if valid_name(m.name()) {
                 self.save_map(m)?;

@@ -67,7 +67,7 @@ fn calls_helpers(code: &[u8]) -> bool {
     false
 }
 
-pub struct Program {
+pub struct HookProgram {
     // Field order matters: `vm` borrows `code` and must be dropped first.
     vm: rbpf::EbpfVmMbuff<'static>,
     code: OwnedCode,
@@ -79,9 +79,9 @@ pub struct Program {
 // SAFETY: the VM holds the code slice, helper function pointers, address ranges and (for the
 // JIT) its executable memory, none tied to a thread; its one non-Send field is rbpf's stack
 // usage calculator data, which we never set (it stays None). The code is owned by this struct.
-unsafe impl Send for Program {}
+unsafe impl Send for HookProgram {}
 
-impl Program {
+impl HookProgram {
     /// Wraps code the verifier accepted. `regions` are the map arenas the program may touch.
     pub fn new(
         hook: Hook,
