@@ -18,6 +18,7 @@ use crate::ctx::{
 use crate::helpers::QueueTable;
 use crate::maps::MapSnapshot;
 use crate::program::{BpfProgram, LoadError, LoadOptions};
+use crate::vm::VmError;
 use xpreempt_core::sched::{Hooks, QueueInfo, Work};
 use xpreempt_core::{Nanos, QueueId};
 use xpreempt_types::hints::MAX_TIMESLICE_NS;
@@ -36,7 +37,17 @@ pub struct BpfHooks {
     queues: QueueTable,
     now: Nanos,
     stats: HookStats,
-    last_error: Option<String>,
+    last_error: Option<HookFailure>,
+}
+
+/// A program that failed at run time and was taken out.
+#[derive(Debug, thiserror::Error)]
+#[error("policy `{program}`: {error}; reverted to the previous policy")]
+pub struct HookFailure {
+    /// The failed program's name.
+    pub program: String,
+    /// Not a `source`: the message carries it, so that a log line says everything.
+    pub error: VmError,
 }
 
 impl BpfHooks {
@@ -80,8 +91,8 @@ impl BpfHooks {
         &self.stats
     }
 
-    pub fn last_error(&self) -> Option<&str> {
-        self.last_error.as_deref()
+    pub fn last_error(&self) -> Option<&HookFailure> {
+        self.last_error.as_ref()
     }
 
     /// Runs `hook` on `ctx`; false if no policy handled it (the caller keeps its defaults).
@@ -96,10 +107,12 @@ impl BpfHooks {
                 Ok(ran) => return ran.is_some(),
                 Err(e) => {
                     self.stats.failures[hook.index()] += 1;
-                    let failed = program.name().to_string();
-                    let msg = format!("policy `{failed}`: {e}; reverted to the previous policy");
-                    tracing::error!("{msg}");
-                    self.last_error = Some(msg);
+                    let failure = HookFailure {
+                        program: program.name().to_string(),
+                        error: e,
+                    };
+                    tracing::error!("{failure}");
+                    self.last_error = Some(failure);
                     self.active = self.previous.take();
                     // The failed run may have written half its outputs: start again clean.
                     *ctx = pristine;
@@ -305,7 +318,7 @@ mod tests {
             q.priority, 5,
             "answered by the previous policy, the broken run's write undone"
         );
-        let err = h.last_error().unwrap();
+        let err = h.last_error().unwrap().to_string();
         assert!(
             err.contains("policy `broken`") && err.contains("task_init"),
             "{err}"

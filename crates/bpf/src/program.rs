@@ -186,10 +186,7 @@ impl BpfProgram {
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                Err(VmError::Run {
-                    hook,
-                    msg: format!("the VM panicked: {msg}"),
-                })
+                Err(VmError::Panic { hook, msg })
             }
         }
     }
