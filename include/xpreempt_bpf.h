@@ -9,7 +9,7 @@
  *   SEC("xpreempt/task_destroy") void f(struct xp_task_destroy_ctx *ctx);  a queue is gone
  *
  * These are the seed's four hook points (003) with its context fields, adapted to queues. The
- * Rust side (crates/xpreempt-bpf/src/ctx.rs) declares the same structs; a test compiles this
+ * Rust side (crates/bpf/src/ctx.rs) declares the same structs; a test compiles this
  * header and compares every offset. Fields are ordered so that no struct has padding.
  *
  * Maps use the legacy `maps` section: one `struct xp_map_def` per map, declared with XP_MAP.

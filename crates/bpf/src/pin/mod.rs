@@ -11,7 +11,7 @@
 //! ```
 //!
 //! The directory is trusted only if this user owns it and nobody else may write to it (see
-//! [`guard`]). Installing an object keeps the entries of pinned maps whose name and definition
+//! [`UnsafeDir`]). Installing an object keeps the entries of pinned maps whose name and definition
 //! are unchanged (a reload keeps the configuration), starts the others empty and unpins maps the
 //! new object lacks. Every change is a read-modify-write under the exclusive lock, and every
 //! file is written to a temporary name and renamed into place, so concurrent writers never lose
@@ -62,8 +62,8 @@ pub enum PinError {
         source: MapError,
     },
     #[error(
-        "{path} holds map `{inside}`, not `{file}`: a pinned map's file is named after the map; \
-         rename or remove the file, or load the policy again"
+        "{path} holds map `{inside}`, not `{file}`: a pinned map's file must be named after the \
+         map; rename it to {inside}.json or remove it"
     )]
     NameMismatch {
         path: PathBuf,
