@@ -5,7 +5,7 @@
 
 use std::hint::black_box;
 use std::time::Instant;
-use xpreempt_bpf::{BpfHooks, LoadOptions, Policy};
+use xpreempt_bpf::{BpfHooks, BpfProgram, LoadOptions};
 use xpreempt_core::OpKind;
 use xpreempt_core::QueueId;
 use xpreempt_core::sched::{Hooks, QueueInfo, Work};
@@ -38,7 +38,7 @@ fn main() {
         }
     };
     let bytes = std::fs::read(&path).expect("read lcbe.o");
-    let policy = Policy::load("lcbe", &bytes, LoadOptions::default()).expect("lcbe loads");
+    let policy = BpfProgram::load("lcbe", &bytes, LoadOptions::default()).expect("lcbe loads");
     let mut h = BpfHooks::new(policy);
     println!("policy: {} (interpreter)", path.display());
     for q in 0..64 {
@@ -75,7 +75,7 @@ fn main() {
         mode: xpreempt_bpf::ExecMode::Jit,
         ..LoadOptions::default()
     };
-    let mut j = BpfHooks::new(Policy::load("lcbe", &bytes, jit).expect("lcbe loads"));
+    let mut j = BpfHooks::new(BpfProgram::load("lcbe", &bytes, jit).expect("lcbe loads"));
     per_call("schedule (admit), JIT", |i| {
         black_box(j.admit(QueueId((i % 64) as u32), 3, 1));
     });

@@ -20,8 +20,10 @@ pub const PSEUDO_MAP: u8 = 1;
 
 #[derive(Debug, Error)]
 pub enum ElfError {
-    #[error("not an ELF object: {0}")]
-    Parse(String),
+    #[error("not an ELF object")]
+    Parse(#[source] object::Error),
+    #[error("not an ELF object: a {0:?} file")]
+    Format(object::BinaryFormat),
     #[error("not an eBPF object (machine {0}); build it with `clang -target bpf`")]
     Machine(String),
     #[error(
@@ -60,26 +62,26 @@ pub struct ProgramCode {
 
 /// What an object file declares.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PolicyObject {
+pub struct BpfObject {
     pub maps: Vec<MapDef>,
     pub programs: Vec<ProgramCode>,
 }
 
-impl PolicyObject {
+impl BpfObject {
     pub fn program(&self, hook: Hook) -> Option<&ProgramCode> {
         self.programs.iter().find(|p| p.hook == hook)
     }
 }
 
 fn err(e: object::Error) -> ElfError {
-    ElfError::Parse(e.to_string())
+    ElfError::Parse(e)
 }
 
 /// Parses and relocates an object file's bytes.
-pub fn parse(data: &[u8]) -> Result<PolicyObject, ElfError> {
+pub fn parse(data: &[u8]) -> Result<BpfObject, ElfError> {
     let file = object::File::parse(data).map_err(err)?;
     if file.format() != object::BinaryFormat::Elf {
-        return Err(ElfError::Parse(format!("{:?} file", file.format())));
+        return Err(ElfError::Format(file.format()));
     }
     if file.architecture() != object::Architecture::Bpf || !file.is_little_endian() {
         return Err(ElfError::Machine(format!(
@@ -172,7 +174,7 @@ pub fn parse(data: &[u8]) -> Result<PolicyObject, ElfError> {
         return Err(ElfError::NoPrograms);
     }
     programs.sort_by_key(|p| p.hook);
-    Ok(PolicyObject { maps, programs })
+    Ok(BpfObject { maps, programs })
 }
 
 type MapSymbols = Vec<(object::SymbolIndex, usize)>;

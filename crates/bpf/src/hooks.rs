@@ -17,7 +17,8 @@ use crate::ctx::{
 };
 use crate::helpers::QueueTable;
 use crate::maps::MapSnapshot;
-use crate::policy::{LoadError, LoadOptions, Policy};
+use crate::program::{BpfProgram, LoadError, LoadOptions};
+use crate::vm::VmError;
 use xpreempt_core::sched::{Hooks, QueueInfo, Work};
 use xpreempt_core::{Nanos, QueueId};
 use xpreempt_types::hints::MAX_TIMESLICE_NS;
@@ -31,18 +32,28 @@ pub struct HookStats {
 }
 
 pub struct BpfHooks {
-    active: Option<Policy>,
-    previous: Option<Policy>,
+    active: Option<BpfProgram>,
+    previous: Option<BpfProgram>,
     queues: QueueTable,
     now: Nanos,
     stats: HookStats,
-    last_error: Option<String>,
+    last_error: Option<HookFailure>,
+}
+
+/// A program that failed at run time and was taken out.
+#[derive(Debug, thiserror::Error)]
+#[error("policy `{program}`: {error}; reverted to the previous policy")]
+pub struct HookFailure {
+    /// The failed program's name.
+    pub program: String,
+    /// Not a `source`: the message carries it, so that a log line says everything.
+    pub error: VmError,
 }
 
 impl BpfHooks {
-    pub fn new(policy: Policy) -> Self {
+    pub fn new(program: BpfProgram) -> Self {
         Self {
-            active: Some(policy),
+            active: Some(program),
             previous: None,
             queues: QueueTable::new(),
             now: 0,
@@ -51,28 +62,28 @@ impl BpfHooks {
         }
     }
 
-    /// Loads and installs a policy; on any error the active policy stays in place.
+    /// Loads and installs a program; on any error the active one stays in place.
     pub fn load(&mut self, name: &str, bytes: &[u8], opts: LoadOptions) -> Result<(), LoadError> {
-        let policy = Policy::load(name, bytes, opts).inspect_err(|e| {
+        let program = BpfProgram::load(name, bytes, opts).inspect_err(|e| {
             tracing::error!(
                 policy = name,
                 "policy rejected, keeping the previous one: {e}"
             );
         })?;
-        self.install(policy);
+        self.install(program);
         Ok(())
     }
 
-    /// Makes `policy` active; the one it replaces is kept to fall back to.
-    pub fn install(&mut self, policy: Policy) {
-        self.previous = self.active.replace(policy);
+    /// Makes `program` active; the one it replaces is kept to fall back to.
+    pub fn install(&mut self, program: BpfProgram) {
+        self.previous = self.active.replace(program);
     }
 
-    pub fn policy(&self) -> Option<&Policy> {
+    pub fn program(&self) -> Option<&BpfProgram> {
         self.active.as_ref()
     }
 
-    pub fn policy_mut(&mut self) -> Option<&mut Policy> {
+    pub fn program_mut(&mut self) -> Option<&mut BpfProgram> {
         self.active.as_mut()
     }
 
@@ -80,26 +91,28 @@ impl BpfHooks {
         &self.stats
     }
 
-    pub fn last_error(&self) -> Option<&str> {
-        self.last_error.as_deref()
+    pub fn last_error(&self) -> Option<&HookFailure> {
+        self.last_error.as_ref()
     }
 
     /// Runs `hook` on `ctx`; false if no policy handled it (the caller keeps its defaults).
     fn call<C: Pod>(&mut self, hook: Hook, ctx: &mut C) -> bool {
         let pristine = *ctx;
         loop {
-            let Some(policy) = self.active.as_mut() else {
+            let Some(program) = self.active.as_mut() else {
                 return false;
             };
             self.stats.calls[hook.index()] += 1;
-            match policy.run(hook, ctx.as_bytes_mut(), &self.queues, self.now) {
+            match program.run(hook, ctx.as_bytes_mut(), &self.queues, self.now) {
                 Ok(ran) => return ran.is_some(),
                 Err(e) => {
                     self.stats.failures[hook.index()] += 1;
-                    let failed = policy.name().to_string();
-                    let msg = format!("policy `{failed}`: {e}; reverted to the previous policy");
-                    tracing::error!("{msg}");
-                    self.last_error = Some(msg);
+                    let failure = HookFailure {
+                        program: program.name().to_string(),
+                        error: e,
+                    };
+                    tracing::error!("{failure}");
+                    self.last_error = Some(failure);
                     self.active = self.previous.take();
                     // The failed run may have written half its outputs: start again clean.
                     *ctx = pristine;
@@ -116,10 +129,10 @@ impl BpfHooks {
         pinned: Vec<MapSnapshot>,
         opts: LoadOptions,
     ) -> Result<impl Fn() -> Box<dyn Hooks> + 'static, LoadError> {
-        Policy::load(name, &bytes, opts)?;
+        BpfProgram::load(name, &bytes, opts)?;
         let name = name.to_string();
         Ok(move || -> Box<dyn Hooks> {
-            match Policy::load(&name, &bytes, opts) {
+            match BpfProgram::load(&name, &bytes, opts) {
                 Ok(mut p) => {
                     for skipped in p.restore(&pinned) {
                         tracing::debug!(map = skipped, "pinned map not used by this object");
@@ -273,28 +286,28 @@ impl Hooks for NoHooks {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::elf::{PolicyObject, ProgramCode};
+    use crate::elf::{BpfObject, ProgramCode};
 
     fn asm(src: &str) -> Vec<u8> {
         rbpf::assembler::assemble(src).expect("test program assembles")
     }
 
-    fn policy(name: &str, hook: Hook, src: &str) -> Policy {
-        let object = PolicyObject {
+    fn program(name: &str, hook: Hook, src: &str) -> BpfProgram {
+        let object = BpfObject {
             maps: Vec::new(),
             programs: vec![ProgramCode {
                 hook,
                 code: asm(src),
             }],
         };
-        Policy::from_object(name, object, LoadOptions::default()).expect("verified")
+        BpfProgram::from_object(name, object, LoadOptions::default()).expect("verified")
     }
 
     #[test]
     fn a_program_failing_at_run_time_falls_back_to_the_previous_policy() {
-        let mut h = BpfHooks::new(policy("five", Hook::TaskInit, "stw [r1+40], 5\nexit"));
+        let mut h = BpfHooks::new(program("five", Hook::TaskInit, "stw [r1+40], 5\nexit"));
         // Past the 64-byte context: rbpf stops it at run time.
-        h.install(Policy::unverified(
+        h.install(BpfProgram::unverified(
             "broken",
             Hook::TaskInit,
             asm("stw [r1+40], 9\nldxdw r0, [r1+4096]\nexit"),
@@ -305,7 +318,7 @@ mod tests {
             q.priority, 5,
             "answered by the previous policy, the broken run's write undone"
         );
-        let err = h.last_error().unwrap();
+        let err = h.last_error().unwrap().to_string();
         assert!(
             err.contains("policy `broken`") && err.contains("task_init"),
             "{err}"
@@ -314,24 +327,24 @@ mod tests {
             err.contains("out of bounds memory load (instruction 1)"),
             "{err}"
         );
-        assert_eq!(h.policy().unwrap().name(), "five");
+        assert_eq!(h.program().unwrap().name(), "five");
         assert_eq!(h.stats().failures, [1, 0, 0, 0]);
         // With nothing to fall back to, the scheduler's defaults apply.
-        h.install(Policy::unverified(
+        h.install(BpfProgram::unverified(
             "broken",
             Hook::Schedule,
             asm("ldxdw r0, [r1+4096]\nexit"),
         ));
         h.previous = None;
         assert!(h.admit(QueueId(1), 1, 0), "fails open");
-        assert!(h.policy().is_none());
+        assert!(h.program().is_none());
     }
 
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_jit_runs_verified_programs_without_helper_calls() {
         let src = "ldxw r2, [r1+32]\nadd64 r2, 10\nstxw [r1+40], r2\nstw [r1+44], 1\nexit";
-        let object = PolicyObject {
+        let object = BpfObject {
             maps: Vec::new(),
             programs: vec![ProgramCode {
                 hook: Hook::TaskInit,
@@ -342,8 +355,12 @@ mod tests {
             mode: crate::ExecMode::Jit,
             ..LoadOptions::default()
         };
-        let mut h = BpfHooks::new(Policy::from_object("jit", object, opts).expect("JIT-compiled"));
-        assert_eq!(h.policy().unwrap().programs()[0].mode, crate::ExecMode::Jit);
+        let mut h =
+            BpfHooks::new(BpfProgram::from_object("jit", object, opts).expect("JIT-compiled"));
+        assert_eq!(
+            h.program().unwrap().programs()[0].mode,
+            crate::ExecMode::Jit
+        );
         let mut q = QueueInfo::new(QueueId(1), 32);
         h.task_init(&mut q);
         assert_eq!((q.priority, q.interleave), (42, Some(0)));
@@ -351,7 +368,7 @@ mod tests {
 
     #[test]
     fn negating_the_most_negative_number_wraps() {
-        let mut h = BpfHooks::new(policy(
+        let mut h = BpfHooks::new(program(
             "neg",
             Hook::TaskInit,
             "lddw r2, 0x8000000000000000\nneg64 r2\nrsh64 r2, 63\nstxw [r1+40], r2\nexit",
@@ -366,7 +383,7 @@ mod tests {
     fn outputs_map_onto_queue_info() {
         // priority 7, interleave MEDIUM, class LC; a 100 s timeslice is clamped to the core's limit.
         let src = "stw [r1+40], 7\nstw [r1+44], 2\nlddw r2, 100000000000\nstxdw [r1+48], r2\nstw [r1+56], 2\nexit";
-        let mut h = BpfHooks::new(policy("out", Hook::TaskInit, src));
+        let mut h = BpfHooks::new(program("out", Hook::TaskInit, src));
         let mut q = QueueInfo::new(QueueId(3), 1);
         h.task_init(&mut q);
         assert_eq!(q.priority, 7);

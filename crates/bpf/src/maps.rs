@@ -331,33 +331,89 @@ impl MapSnapshot {
 
     /// Loads the entries into `map`, whose definition must match (a recompiled object with a
     /// different layout starts empty rather than misreading old bytes).
-    pub fn restore_into(&self, map: &mut Map) -> Result<(), String> {
+    pub fn restore_into(&self, map: &mut Map) -> Result<(), SnapshotError> {
         if self.def != map.def {
-            return Err(format!(
-                "pinned map `{}` has a different definition ({:?} vs {:?})",
-                map.def.name, self.def, map.def
-            ));
+            return Err(SnapshotError::Definition {
+                pinned: self.def.clone(),
+                object: map.def.clone(),
+            });
         }
         for (k, v) in &self.entries {
-            let (k, v) = (from_hex(k)?, from_hex(v)?);
-            map.update(&k, &v, UPDATE_ANY).map_err(|e| e.to_string())?;
+            let hex = |source| SnapshotError::Hex {
+                name: self.def.name.clone(),
+                source,
+            };
+            let (k, v) = (from_hex(k).map_err(hex)?, from_hex(v).map_err(hex)?);
+            map.update(&k, &v, UPDATE_ANY)
+                .map_err(|source| SnapshotError::Entry {
+                    name: self.def.name.clone(),
+                    source,
+                })?;
         }
         Ok(())
     }
+}
+
+/// Why a pinned snapshot cannot be loaded into a map.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum SnapshotError {
+    #[error(
+        "pinned map `{}` has a different definition ({pinned:?} vs {object:?})",
+        .object.name
+    )]
+    Definition { pinned: MapDef, object: MapDef },
+    #[error("pinned map `{name}`: an entry is not valid hex")]
+    Hex {
+        name: String,
+        #[source]
+        source: HexError,
+    },
+    #[error("pinned map `{name}`: an entry does not fit the map")]
+    Entry {
+        name: String,
+        #[source]
+        source: MapError,
+    },
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum HexError {
+    #[error("hex `{0}` has an odd number of digits")]
+    OddLength(String),
+    #[error("hex `{0}` has characters that are not hex digits")]
+    NotAscii(String),
+    #[error("hex `{text}`: `{byte}` is not a hex byte")]
+    Digit {
+        text: String,
+        byte: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
 }
 
 pub fn to_hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-pub fn from_hex(s: &str) -> Result<Vec<u8>, String> {
+pub fn from_hex(s: &str) -> Result<Vec<u8>, HexError> {
     let s = s.strip_prefix("0x").unwrap_or(s);
+    // Checked first: slicing by two bytes below would split a multi-byte character.
+    if !s.is_ascii() {
+        return Err(HexError::NotAscii(s.to_string()));
+    }
     if !s.len().is_multiple_of(2) {
-        return Err(format!("hex `{s}` has an odd number of digits"));
+        return Err(HexError::OddLength(s.to_string()));
     }
     (0..s.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("hex `{s}`: {e}")))
+        .map(|i| {
+            let byte = &s[i..i + 2];
+            u8::from_str_radix(byte, 16).map_err(|source| HexError::Digit {
+                text: s.to_string(),
+                byte: byte.to_string(),
+                source,
+            })
+        })
         .collect()
 }
 
@@ -436,6 +492,17 @@ mod tests {
         snap.restore_into(&mut m2).unwrap();
         assert_eq!(m2.entries(), m.entries());
         let mut other = Map::new(def(MapKind::Hash, 4, 4)).unwrap();
-        assert!(snap.restore_into(&mut other).is_err());
+        assert!(matches!(
+            snap.restore_into(&mut other),
+            Err(SnapshotError::Definition { .. })
+        ));
+    }
+
+    #[test]
+    fn hex_errors_say_what_is_wrong() {
+        assert_eq!(from_hex("0x0aff").unwrap(), vec![10, 255]);
+        assert!(matches!(from_hex("abc"), Err(HexError::OddLength(_))));
+        assert!(matches!(from_hex("zz"), Err(HexError::Digit { .. })));
+        assert!(matches!(from_hex("é0"), Err(HexError::NotAscii(_))));
     }
 }

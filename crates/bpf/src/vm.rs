@@ -15,15 +15,29 @@ pub enum ExecMode {
     Jit,
 }
 
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[derive(Debug, Error)]
 pub enum VmError {
-    #[error("{hook}: rbpf refused the program: {msg}")]
-    Load { hook: Hook, msg: String },
-    #[error("{hook}: the JIT is not available here: {msg}")]
-    Jit { hook: Hook, msg: String },
-    /// rbpf's messages carry the instruction (`insn #N`).
+    #[error("{hook}: rbpf refused the program")]
+    Load {
+        hook: Hook,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{hook}: the JIT is not available here")]
+    Jit {
+        hook: Hook,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{hook}: the JIT is not available here: rbpf's JIT targets x86-64 only")]
+    JitUnsupported { hook: Hook },
+    /// rbpf's message, with its instruction number corrected (see `renumber`): not its error
+    /// as a source, whose text would name the wrong instruction.
     #[error("{hook}: the program failed at run time: {msg}")]
     Run { hook: Hook, msg: String },
+    /// A panic's payload is text; there is no error value to keep.
+    #[error("{hook}: the program failed at run time: the VM panicked: {msg}")]
+    Panic { hook: Hook, msg: String },
 }
 
 /// The code, owned through a raw pointer so that the VM may borrow it for as long as it lives.
@@ -67,7 +81,7 @@ fn calls_helpers(code: &[u8]) -> bool {
     false
 }
 
-pub struct Program {
+pub struct HookProgram {
     // Field order matters: `vm` borrows `code` and must be dropped first.
     vm: rbpf::EbpfVmMbuff<'static>,
     code: OwnedCode,
@@ -79,9 +93,9 @@ pub struct Program {
 // SAFETY: the VM holds the code slice, helper function pointers, address ranges and (for the
 // JIT) its executable memory, none tied to a thread; its one non-Send field is rbpf's stack
 // usage calculator data, which we never set (it stays None). The code is owned by this struct.
-unsafe impl Send for Program {}
+unsafe impl Send for HookProgram {}
 
-impl Program {
+impl HookProgram {
     /// Wraps code the verifier accepted. `regions` are the map arenas the program may touch.
     pub fn new(
         hook: Hook,
@@ -95,10 +109,7 @@ impl Program {
         // SAFETY: `owned` keeps the allocation alive and unmodified until after `vm` is dropped
         // (field order); nothing else accesses it.
         let slice: &'static [u8] = unsafe { &*raw };
-        let load = |e: std::io::Error| VmError::Load {
-            hook,
-            msg: e.to_string(),
-        };
+        let load = |source| VmError::Load { hook, source };
         let mut vm = rbpf::EbpfVmMbuff::new(Some(slice)).map_err(load)?;
         for h in HelperId::ALL {
             vm.register_helper(h as u32, h.function()).map_err(load)?;
@@ -129,18 +140,13 @@ impl Program {
 
     #[cfg(all(target_arch = "x86_64", not(windows)))]
     fn jit(vm: &mut rbpf::EbpfVmMbuff<'static>, hook: Hook) -> Result<(), VmError> {
-        vm.jit_compile().map_err(|e| VmError::Jit {
-            hook,
-            msg: e.to_string(),
-        })
+        vm.jit_compile()
+            .map_err(|source| VmError::Jit { hook, source })
     }
 
     #[cfg(not(all(target_arch = "x86_64", not(windows))))]
     fn jit(_: &mut rbpf::EbpfVmMbuff<'static>, hook: Hook) -> Result<(), VmError> {
-        Err(VmError::Jit {
-            hook,
-            msg: "rbpf's JIT targets x86-64 only".into(),
-        })
+        Err(VmError::JitUnsupported { hook })
     }
 
     pub fn hook(&self) -> Hook {
@@ -183,10 +189,7 @@ impl Program {
                 unsafe { shorten(&self.vm).execute_program_jit(&mut no_mem, ctx) }.map_err(fail)
             }
             #[cfg(not(all(target_arch = "x86_64", not(windows))))]
-            ExecMode::Jit => Err(VmError::Jit {
-                hook: self.hook,
-                msg: "rbpf's JIT targets x86-64 only".into(),
-            }),
+            ExecMode::Jit => Err(VmError::JitUnsupported { hook: self.hook }),
         }
     }
 }

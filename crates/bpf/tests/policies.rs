@@ -2,7 +2,7 @@
 
 mod common;
 
-use xpreempt_bpf::{BpfHooks, ExecMode, Hook, LoadOptions, Policy};
+use xpreempt_bpf::{BpfHooks, BpfProgram, ExecMode, Hook, LoadOptions};
 use xpreempt_core::OpKind;
 use xpreempt_core::sched::{Hooks, QueueInfo, Work};
 use xpreempt_core::{Hints, QueueId};
@@ -13,7 +13,7 @@ fn queue(id: u32, priority: i32) -> QueueInfo {
 
 #[test]
 fn lcbe_gives_lc_long_slice_exclusive_and_high_priority() {
-    let mut h = BpfHooks::new(common::policy("lcbe"));
+    let mut h = BpfHooks::new(common::program("lcbe"));
     let mut lc = queue(1, 5);
     h.task_init(&mut lc);
     assert_eq!(lc.priority, 1005);
@@ -43,7 +43,7 @@ fn lcbe_gives_lc_long_slice_exclusive_and_high_priority() {
 
 #[test]
 fn lcbe_adapts_class_from_submit_rate() {
-    let mut h = BpfHooks::new(common::policy("lcbe"));
+    let mut h = BpfHooks::new(common::program("lcbe"));
     let (fast, slow) = (QueueId(10), QueueId(11));
     h.task_init(&mut queue(10, 0));
     h.task_init(&mut queue(11, 5));
@@ -68,7 +68,7 @@ fn lcbe_adapts_class_from_submit_rate() {
             i * 50_000_000,
         );
     }
-    let p = h.policy().unwrap();
+    let p = h.program().unwrap();
     let ty = p.map("task_type_map").unwrap();
     assert_eq!(
         ty.get(&10u64.to_le_bytes()).unwrap(),
@@ -92,7 +92,7 @@ fn lcbe_adapts_class_from_submit_rate() {
     assert_eq!(slow_now.hints.timeslice_ns, Some(200_000));
     // task_destroy cleans both maps.
     h.task_destroy(fast, 123);
-    let p = h.policy().unwrap();
+    let p = h.program().unwrap();
     assert!(
         p.map("task_type_map")
             .unwrap()
@@ -109,7 +109,7 @@ fn lcbe_adapts_class_from_submit_rate() {
 
 #[test]
 fn admission_refuses_lc_beyond_n_per_device() {
-    let mut h = BpfHooks::new(common::policy("admission"));
+    let mut h = BpfHooks::new(common::program("admission"));
     for (id, prio, dev) in [(1, 5, 0), (2, 5, 0), (3, 5, 1), (4, 0, 0)] {
         let mut q = queue(id, prio);
         q.device = dev;
@@ -123,7 +123,7 @@ fn admission_refuses_lc_beyond_n_per_device() {
     h.task_destroy(QueueId(1), 0);
     assert!(h.admit(QueueId(2), 1, 0), "slot freed by task_destroy");
     // N from the config map.
-    let cfg = h.policy_mut().unwrap().map_mut("config").unwrap();
+    let cfg = h.program_mut().unwrap().map_mut("config").unwrap();
     cfg.update(&0u32.to_le_bytes(), &3u64.to_le_bytes(), 0)
         .unwrap();
     let mut q5 = queue(5, 5);
@@ -134,7 +134,7 @@ fn admission_refuses_lc_beyond_n_per_device() {
 
 #[test]
 fn fixed_priority_comes_from_maps() {
-    let mut p = common::policy("fixed_priority");
+    let mut p = common::program("fixed_priority");
     p.map_mut("priorities")
         .unwrap()
         .update(&7u64.to_le_bytes(), &42i32.to_le_bytes(), 0)
@@ -155,12 +155,12 @@ fn fixed_priority_comes_from_maps() {
     let mut c = queue(9, 1);
     h.task_init(&mut c);
     assert_eq!(c.priority, 1, "unchanged");
-    assert!(!h.policy().unwrap().has(Hook::Schedule));
+    assert!(!h.program().unwrap().has(Hook::Schedule));
 }
 
 #[test]
 fn get_queue_info_and_trace_see_the_runtime_state() {
-    let mut h = BpfHooks::new(common::policy("trace_info"));
+    let mut h = BpfHooks::new(common::program("trace_info"));
     let mut q = queue(4, 6);
     q.process = 99;
     q.device = 2;
@@ -182,7 +182,7 @@ fn get_queue_info_and_trace_see_the_runtime_state() {
         200,
     );
     let v = h
-        .policy()
+        .program()
         .unwrap()
         .map("seen")
         .unwrap()
@@ -217,7 +217,7 @@ fn jit_mode_compiles_helper_free_programs_and_interprets_the_rest() {
         mode: ExecMode::Jit,
         ..LoadOptions::default()
     };
-    let jit = Policy::load("lcbe", &bytes, opts).unwrap();
+    let jit = BpfProgram::load("lcbe", &bytes, opts).unwrap();
     let modes: Vec<_> = jit.programs().iter().map(|p| (p.hook, p.mode)).collect();
     assert_eq!(
         modes,

@@ -3,10 +3,10 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use xpreempt_bpf::elf::{PolicyObject, ProgramCode};
+use xpreempt_bpf::elf::{BpfObject, ProgramCode};
 use xpreempt_bpf::helpers::QueueTable;
 use xpreempt_bpf::maps::{MapDef, MapKind};
-use xpreempt_bpf::{Hook, LoadOptions, Policy};
+use xpreempt_bpf::{BpfProgram, Hook, LoadOptions};
 
 fn insn(opc: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
     let mut b = [0u8; 8];
@@ -143,11 +143,11 @@ fn random_programs_never_crash_the_runtime() {
     );
     runner
         .run(&strategy, |(code, hook, ctx_seed)| {
-            let object = PolicyObject {
+            let object = BpfObject {
                 maps: maps(),
                 programs: vec![ProgramCode { hook, code }],
             };
-            let Ok(mut policy) = Policy::from_object("random", object, LoadOptions::default())
+            let Ok(mut policy) = BpfProgram::from_object("random", object, LoadOptions::default())
             else {
                 return Ok(());
             };
@@ -200,7 +200,7 @@ fn damaged_objects_never_crash_the_loader() {
                     bytes[at] = v;
                 }
                 bytes.truncate(cut.max(1));
-                if let Ok(mut p) = Policy::load("damaged", &bytes, LoadOptions::default()) {
+                if let Ok(mut p) = BpfProgram::load("damaged", &bytes, LoadOptions::default()) {
                     loaded.set(loaded.get() + 1);
                     for hook in Hook::ALL {
                         let mut ctx = vec![0u8; hook.ctx_size()];

@@ -3,12 +3,12 @@
 
 mod common;
 
-use xpreempt_bpf::{BpfHooks, LoadOptions, Policy};
+use xpreempt_bpf::{BpfHooks, BpfProgram, LoadOptions};
 use xpreempt_core::QueueId;
 use xpreempt_core::sched::{Hooks, QueueInfo};
 
 fn rejection(name: &str) -> String {
-    let err = Policy::load(name, &common::object(name), LoadOptions::default())
+    let err = BpfProgram::load(name, &common::object(name), LoadOptions::default())
         .expect_err("must be rejected");
     err.to_string()
 }
@@ -49,8 +49,8 @@ fn input_write_and_unchecked_lookup_are_rejected() {
 
 #[test]
 fn a_rejected_load_keeps_the_previous_policy() {
-    let mut h = BpfHooks::new(common::policy("fixed_priority"));
-    h.policy_mut()
+    let mut h = BpfHooks::new(common::program("fixed_priority"));
+    h.program_mut()
         .unwrap()
         .map_mut("priorities")
         .unwrap()
@@ -64,7 +64,7 @@ fn a_rejected_load_keeps_the_previous_policy() {
         )
         .unwrap_err();
     assert!(err.to_string().contains("loop"));
-    assert_eq!(h.policy().unwrap().name(), "fixed_priority");
+    assert_eq!(h.program().unwrap().name(), "fixed_priority");
     let mut q = QueueInfo::new(QueueId(1), 0);
     h.task_init(&mut q);
     assert_eq!(q.priority, 77, "the previous policy still decides");
@@ -72,6 +72,6 @@ fn a_rejected_load_keeps_the_previous_policy() {
 
 #[test]
 fn objects_that_are_not_bpf_are_rejected() {
-    let e = Policy::load("x", b"\x7fELF junk", LoadOptions::default()).unwrap_err();
+    let e = BpfProgram::load("x", b"\x7fELF junk", LoadOptions::default()).unwrap_err();
     assert!(e.to_string().contains("not an ELF object"), "{e}");
 }

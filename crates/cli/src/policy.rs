@@ -10,8 +10,8 @@ use crate::output::Output;
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 use std::path::PathBuf;
-use xpreempt_bpf::maps::{Map, MapDef, UPDATE_ANY, to_hex};
-use xpreempt_bpf::pin::StateDir;
+use xpreempt_bpf::maps::{MapDef, UPDATE_ANY, to_hex};
+use xpreempt_bpf::pin::{PinError, StateDir};
 use xpreempt_bpf::{BpfHooks, LoadOptions};
 use xpreempt_core::sched::Hooks;
 
@@ -77,10 +77,15 @@ pub fn is_object(arg: &str) -> bool {
 pub fn sim_hooks(file: &str) -> Result<Box<dyn Fn() -> Box<dyn Hooks>>> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
     let state = StateDir::from_env();
-    let pinned = state.snapshots().unwrap_or_else(|e| {
-        tracing::warn!("pinned maps not used: {e}");
-        Vec::new()
-    });
+    let pinned = match state.snapshots() {
+        Ok(p) => p,
+        // A directory someone else controls must stop the run, not quietly configure it.
+        Err(e @ PinError::Unsafe { .. }) => return Err(e.into()),
+        Err(e) => {
+            tracing::warn!("pinned maps not used: {:#}", anyhow::Error::from(e));
+            Vec::new()
+        }
+    };
     let name = std::path::Path::new(file)
         .file_stem()
         .and_then(|s| s.to_str())
@@ -232,19 +237,18 @@ fn map(out: &Output, state: &StateDir, cmd: &MapCmd) -> Result<()> {
             out.emit(&e, || format!("{}\n", e.value))
         }
         MapCmd::Set { map, key, value } => {
-            let mut m: Map = state.map(map)?;
-            let k = parse_bytes(key, m.def().key_size).context("key")?;
-            let v = parse_bytes(value, m.def().value_size).context("value")?;
-            m.update(&k, &v, UPDATE_ANY)?;
-            state.save_map(&m)?;
+            let def = state.map(map)?.def().clone();
+            let k = parse_bytes(key, def.key_size).context("key")?;
+            let v = parse_bytes(value, def.value_size).context("value")?;
+            // Under the state directory's lock: concurrent `map set`s all land.
+            state.update_map(map, |m| m.update(&k, &v, UPDATE_ANY))?;
             let e = entry(&k, &v);
             out.emit(&e, || format!("{}[{}] = {}\n", map, e.key, e.value))
         }
         MapCmd::Delete { map, key } => {
-            let mut m: Map = state.map(map)?;
-            let k = parse_bytes(key, m.def().key_size).context("key")?;
-            m.delete(&k)?;
-            state.save_map(&m)?;
+            let key_size = state.map(map)?.def().key_size;
+            let k = parse_bytes(key, key_size).context("key")?;
+            state.update_map(map, |m| m.delete(&k))?;
             out.emit(&serde_json::json!({ "deleted": show_bytes(&k) }), || {
                 format!("{map}[{}] deleted\n", show_bytes(&k))
             })
@@ -274,7 +278,7 @@ fn parse_bytes(text: &str, size: u32) -> Result<Vec<u8>> {
     let t = text.trim();
     if size <= 8 {
         let v: i128 = if let Some(h) = t.strip_prefix("0x") {
-            i128::from_str_radix(h, 16)?
+            i128::from_str_radix(h, 16).with_context(|| format!("`{t}` is not a hex integer"))?
         } else {
             t.parse().map_err(|_| anyhow!("`{t}` is not an integer"))?
         };
@@ -304,7 +308,7 @@ fn parse_bytes(text: &str, size: u32) -> Result<Vec<u8>> {
         }
         return Ok(words.iter().flat_map(|w| w.to_le_bytes()).collect());
     }
-    let b = xpreempt_bpf::maps::from_hex(t).map_err(|e| anyhow!(e))?;
+    let b = xpreempt_bpf::maps::from_hex(t)?;
     if b.len() != size {
         bail!("{} bytes given, the map wants {size}", b.len());
     }

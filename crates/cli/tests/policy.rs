@@ -114,6 +114,46 @@ fn bad_map_input_is_refused_clearly() {
 }
 
 #[test]
+fn concurrent_map_set_processes_lose_no_update() {
+    const N: u32 = 40;
+    let s = State::new("concurrent");
+    s.ok(&["policy", "load", &object("fixed_priority")]);
+    std::thread::scope(|scope| {
+        for t in 0..2 {
+            let s = &s;
+            scope.spawn(move || {
+                for i in 0..N {
+                    let key = (t * N + i).to_string();
+                    s.ok(&["policy", "map", "set", "priorities", &key, "5"]);
+                }
+            });
+        }
+    });
+    let dump: serde_json::Value =
+        serde_json::from_str(&s.ok(&["--json", "policy", "map", "dump", "priorities"])).unwrap();
+    assert_eq!(
+        dump["entries"].as_array().unwrap().len(),
+        2 * N as usize,
+        "every `map set` of both writers landed"
+    );
+}
+
+#[test]
+fn a_state_directory_others_may_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = State::new("unsafe");
+    s.ok(&["policy", "load", &object("fixed_priority")]);
+    std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = s.run(&["policy", "map", "set", "priorities", "1", "2"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("refusing the state directory") && err.contains("mode 777"),
+        "{err}"
+    );
+}
+
+#[test]
 fn sim_runs_the_model_under_an_ebpf_policy_with_pinned_maps() {
     let s = State::new("sim");
     s.ok(&["policy", "load", &object("lcbe")]);

@@ -21,7 +21,6 @@ use crate::elf::{INSN_SIZE, LD_DW_IMM, PSEUDO_MAP};
 use crate::helpers::HelperId;
 use crate::maps::MapDef;
 use rbpf::ebpf;
-use thiserror::Error;
 
 /// Instructions one call may execute, by default.
 pub const DEFAULT_BUDGET: usize = 4096;
@@ -47,15 +46,6 @@ impl Default for Limits {
             max_states: DEFAULT_MAX_STATES,
         }
     }
-}
-
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-#[error("{hook}: instruction {insn} (opcode {opcode:#04x}): {reason}")]
-pub struct VerifyError {
-    pub hook: Hook,
-    pub insn: usize,
-    pub opcode: u8,
-    pub reason: String,
 }
 
 /// What the verifier proved about an accepted program.
@@ -96,7 +86,7 @@ struct Checker<'a> {
     next_id: u32,
 }
 
-type Res<T> = Result<T, String>;
+type Res<T> = Result<T, Violation>;
 
 /// Verifies one hook's code against the object's maps.
 pub fn verify(
@@ -115,34 +105,23 @@ pub fn verify(
         opc: 0,
         next_id: 0,
     };
-    let fail = |insn: usize, opcode: u8, reason: String| VerifyError {
+    let fail = |insn: usize, opcode: u8, violation: Violation| VerifyError {
         hook,
         insn,
         opcode,
-        reason,
+        violation,
     };
     if code.is_empty() || !code.len().is_multiple_of(INSN_SIZE) {
-        return Err(fail(
-            0,
-            0,
-            format!(
-                "code is {} bytes, not a whole number of instructions",
-                code.len()
-            ),
-        ));
+        return Err(fail(0, 0, Violation::CodeSize { bytes: code.len() }));
     }
     if len > MAX_PROGRAM_INSNS {
-        return Err(fail(
-            0,
-            0,
-            format!("{len} instructions, more than {MAX_PROGRAM_INSNS}"),
-        ));
+        return Err(fail(0, 0, Violation::TooLong { insns: len }));
     }
     if code[(len - 1) * INSN_SIZE] & 0x07 != ebpf::BPF_JMP {
         return Err(fail(
             len - 1,
             code[(len - 1) * INSN_SIZE],
-            "the program does not end with exit or a jump".into(),
+            Violation::NoFinalJump,
         ));
     }
     // Syntax of every instruction, reachable or not, so that rbpf never meets one it cannot run.
@@ -155,13 +134,7 @@ pub fn verify(
         pc += width;
     }
     if let Some((from, to)) = c.find_loop() {
-        return Err(fail(
-            from,
-            code[from * INSN_SIZE],
-            format!(
-                "jump back to instruction {to} closes a loop: loops are not allowed (unroll them)"
-            ),
-        ));
+        return Err(fail(from, code[from * INSN_SIZE], Violation::Loop { to }));
     }
     // Every path, with types.
     let mut entry = State {
@@ -176,11 +149,7 @@ pub fn verify(
     while let Some((mut pc, mut depth, mut st)) = work.pop() {
         loop {
             if pc >= len {
-                return Err(fail(
-                    len.saturating_sub(1),
-                    0,
-                    "execution falls off the end of the program (no exit)".into(),
-                ));
+                return Err(fail(len.saturating_sub(1), 0, Violation::FallsOffEnd));
             }
             walked += 1;
             depth += 1;
@@ -188,20 +157,18 @@ pub fn verify(
                 return Err(fail(
                     pc,
                     code[pc * INSN_SIZE],
-                    format!(
-                        "program too complex: more than {} instructions explored over all paths",
-                        limits.max_states
-                    ),
+                    Violation::TooComplex {
+                        max_states: limits.max_states,
+                    },
                 ));
             }
             if depth > limits.budget {
                 return Err(fail(
                     pc,
                     code[pc * INSN_SIZE],
-                    format!(
-                        "a path runs more than the per-call budget of {} instructions",
-                        limits.budget
-                    ),
+                    Violation::OverBudget {
+                        budget: limits.budget,
+                    },
                 ));
             }
             let i = decode(code, pc);
@@ -283,9 +250,11 @@ fn is_cond_jump(opc: u8) -> bool {
     )
 }
 
+mod error;
 mod syntax;
 mod types;
 
+pub use error::{Operand, VerifyError, Violation};
 use types::{Slot, State, Val};
 
 #[cfg(test)]

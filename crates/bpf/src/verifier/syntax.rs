@@ -6,34 +6,36 @@ impl Checker<'_> {
     /// Checks one instruction's encoding; returns how many 8-byte slots it takes.
     pub(super) fn syntax(&self, i: Insn) -> Res<usize> {
         if i.dst > 10 || i.src > 10 {
-            return Err(format!("register r{} / r{} does not exist", i.dst, i.src));
+            return Err(Violation::NoSuchRegister {
+                dst: i.dst,
+                src: i.src,
+            });
         }
         let class = i.opc & 0x07;
         // rbpf refuses r10 as the destination of anything but a store, jumps included.
         if i.dst == 10 && class != ebpf::BPF_ST && class != ebpf::BPF_STX {
-            return Err("r10 (the frame pointer) is read-only".into());
+            return Err(Violation::FramePointerWrite);
         }
         match i.opc {
             LD_DW_IMM => {
                 if self.pc + 1 >= self.len {
-                    return Err("ld_imm64 is missing its second half".into());
+                    return Err(Violation::LdImm64Truncated);
                 }
                 let n = decode(self.code, self.pc + 1);
                 if n.opc != 0 || n.dst != 0 || n.src != 0 || n.off != 0 {
-                    return Err("ld_imm64's second half is malformed".into());
+                    return Err(Violation::LdImm64Malformed);
                 }
                 if i.src == PSEUDO_MAP as usize && i.imm as u32 as usize >= self.maps.len() {
-                    return Err(format!(
-                        "map reference {} but the object has {} maps",
-                        i.imm as u32,
-                        self.maps.len()
-                    ));
+                    return Err(Violation::MapIndex {
+                        index: i.imm as u32,
+                        maps: self.maps.len(),
+                    });
                 }
                 if i.src != 0 && i.src != PSEUDO_MAP as usize {
-                    return Err(format!("ld_imm64 with source {} is not supported", i.src));
+                    return Err(Violation::LdImm64Source { src: i.src });
                 }
                 if i.off != 0 {
-                    return Err("ld_imm64 with a non-zero offset".into());
+                    return Err(Violation::LdImm64Offset);
                 }
                 return Ok(2);
             }
@@ -42,47 +44,37 @@ impl Checker<'_> {
             ebpf::ST_B_REG | ebpf::ST_H_REG | ebpf::ST_W_REG | ebpf::ST_DW_REG => {}
             ebpf::LE | ebpf::BE => {
                 if !matches!(i.imm, 16 | 32 | 64) {
-                    return Err(format!(
-                        "byte swap of width {} (must be 16, 32 or 64)",
-                        i.imm
-                    ));
+                    return Err(Violation::SwapWidth { width: i.imm });
                 }
             }
             ebpf::CALL => {
                 if i.src != 0 {
-                    return Err("calls between BPF functions are not supported".into());
+                    return Err(Violation::LocalCall);
                 }
                 if HelperId::from_imm(i.imm).is_none() {
-                    return Err(format!("unknown helper {}", i.imm));
+                    return Err(Violation::UnknownHelper { id: i.imm });
                 }
             }
             ebpf::EXIT | ebpf::JA => {}
             o if is_alu(o) || is_cond_jump(o) => {}
             o => {
-                return Err(format!(
-                    "opcode {o:#04x} is not supported (atomics, packet loads, tail calls and eBPF v4 instructions are not)"
-                ));
+                return Err(Violation::UnsupportedOpcode { opcode: o });
             }
         }
         // ALU instructions with a non-zero offset are eBPF v4 (signed division, sign-extending
         // moves), which rbpf would silently run as something else.
         if is_alu(i.opc) && i.off != 0 {
-            return Err(
-                "ALU instruction with a non-zero offset (eBPF v4; build with -mcpu=v3)".into(),
-            );
+            return Err(Violation::AluOffset);
         }
         if let Some(target) = self.jump_target(i) {
             if target < 0 || target >= self.len as i64 {
-                return Err(format!(
-                    "jump to instruction {target}, outside the program ({} instructions)",
-                    self.len
-                ));
+                return Err(Violation::JumpOutside {
+                    target,
+                    len: self.len,
+                });
             }
             if decode(self.code, target as usize).opc == 0 {
-                return Err(format!(
-                    "jump into the middle of ld_imm64 at {}",
-                    target - 1
-                ));
+                return Err(Violation::JumpIntoLdImm64 { at: target - 1 });
             }
         }
         Ok(1)

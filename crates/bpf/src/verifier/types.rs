@@ -40,7 +40,7 @@ pub(super) struct State {
 impl Checker<'_> {
     fn read(&self, st: &State, r: usize) -> Res<Val> {
         match st.regs[r] {
-            Val::Uninit => Err(format!("r{r} is read before it is written")),
+            Val::Uninit => Err(Violation::Uninit { reg: r }),
             v => Ok(v),
         }
     }
@@ -86,7 +86,7 @@ impl Checker<'_> {
                 let base = self.read(st, i.dst)?;
                 self.store(st, base, i.off as i64, size, value)?;
             }
-            _ => return Err("unexpected instruction class".into()),
+            _ => return Err(Violation::UnexpectedClass),
         }
         Ok(Flow::Next(next))
     }
@@ -104,7 +104,7 @@ impl Checker<'_> {
             st.regs[i.dst] = match (is64, src) {
                 (true, v) => v,
                 (false, v) if v.is_ptr() => {
-                    return Err(format!("32-bit move truncates the pointer in r{}", i.src));
+                    return Err(Violation::PointerTruncated { reg: i.src });
                 }
                 (false, Val::Scalar(Some(c))) => Val::Scalar(Some(c as u32 as u64)),
                 (false, _) => Val::Scalar(None),
@@ -132,12 +132,11 @@ impl Checker<'_> {
                 offset_ptr(p, c as i64, i.src)?
             }
             (p, q) if p.is_ptr() || q.is_ptr() => {
-                return Err(format!(
-                    "arithmetic on a pointer (r{} is {}, operand is {}): only adding or subtracting a known constant is allowed",
-                    i.dst,
-                    describe(p),
-                    describe(q)
-                ));
+                return Err(Violation::PointerArithmetic {
+                    reg: i.dst,
+                    dst: p.into(),
+                    operand: q.into(),
+                });
             }
             _ => Val::Scalar(None),
         };
@@ -181,47 +180,50 @@ impl Checker<'_> {
                 let a = o + off;
                 let ctx = self.hook.ctx_size() as i64;
                 if a < 0 || a + size > ctx {
-                    return Err(format!(
-                        "context access at offset {a} size {size} is outside the {ctx}-byte {} context",
-                        self.hook
-                    ));
+                    return Err(Violation::ContextBounds {
+                        hook: self.hook,
+                        off: a,
+                        size,
+                        ctx_size: ctx,
+                    });
                 }
                 let w = self.hook.ctx_writable();
                 if write && (a < w.start as i64 || a + size > w.end as i64) {
-                    return Err(format!(
-                        "write to context offset {a} size {size}: only the outputs (bytes {}..{}) are writable",
-                        w.start, w.end
-                    ));
+                    return Err(Violation::ContextInput {
+                        off: a,
+                        size,
+                        start: w.start,
+                        end: w.end,
+                    });
                 }
                 Ok(())
             }
             Val::Stack(o) => {
                 let a = o + off;
                 if a < -STACK_SIZE || a + size > 0 {
-                    return Err(format!(
-                        "stack access at r10{a:+} size {size} is outside the {STACK_SIZE}-byte stack"
-                    ));
+                    return Err(Violation::StackBounds { off: a, size });
                 }
                 Ok(())
             }
             Val::MapValue {
                 null: true, map, ..
-            } => Err(format!(
-                "access through a value of map `{}` that may be NULL (check the lookup's result first)",
-                self.maps[map].name
-            )),
+            } => Err(Violation::MaybeNull {
+                map: self.maps[map].name.clone(),
+            }),
             Val::MapValue { map, off: o, .. } => {
                 let a = o + off;
                 let vs = self.maps[map].value_size as i64;
                 if a < 0 || a + size > vs {
-                    return Err(format!(
-                        "out-of-bounds access to map `{}`'s value: offset {a} size {size}, value is {vs} bytes",
-                        self.maps[map].name
-                    ));
+                    return Err(Violation::MapValueBounds {
+                        map: self.maps[map].name.clone(),
+                        off: a,
+                        size,
+                        value_size: vs,
+                    });
                 }
                 Ok(())
             }
-            other => Err(format!("memory access through {}", describe(other))),
+            other => Err(Violation::NotMemory { base: other.into() }),
         }
     }
 
@@ -236,7 +238,7 @@ impl Checker<'_> {
                     return Ok(v);
                 }
             } else if (first..=last).any(|s| matches!(st.stack[s], Slot::Spill(v) if v.is_ptr())) {
-                return Err(format!("partial read of a pointer spilled at r10{a:+}"));
+                return Err(Violation::PartialPointerRead { off: a });
             }
         }
         Ok(Val::Scalar(None))
@@ -251,7 +253,7 @@ impl Checker<'_> {
                     st.stack[slot_of(a)] = Slot::Spill(value);
                 } else {
                     if value.is_ptr() {
-                        return Err(format!("partial store of a pointer to r10{a:+}"));
+                        return Err(Violation::PartialPointerStore { off: a });
                     }
                     for s in slot_of(a)..=slot_of(a + size - 1) {
                         st.stack[s] = Slot::Misc;
@@ -259,11 +261,10 @@ impl Checker<'_> {
                 }
                 Ok(())
             }
-            _ if value.is_ptr() => Err(format!(
-                "storing a pointer ({}) into {} would leak an address",
-                describe(value),
-                describe(base)
-            )),
+            _ if value.is_ptr() => Err(Violation::PointerLeak {
+                value: value.into(),
+                into: base.into(),
+            }),
             _ => Ok(()),
         }
     }
@@ -272,7 +273,7 @@ impl Checker<'_> {
     fn check_mem_arg(
         &self,
         st: &mut State,
-        arg: &str,
+        arg: &'static str,
         ptr: Val,
         size: i64,
         write: bool,
@@ -281,22 +282,23 @@ impl Checker<'_> {
             Val::Stack(_) | Val::MapValue { .. } => {}
             Val::Ctx(_) if !write => {}
             other => {
-                return Err(format!(
-                    "{arg} must point to the stack or a map value, not {}",
-                    describe(other)
-                ));
+                return Err(Violation::ArgNotMemory {
+                    arg,
+                    got: other.into(),
+                });
             }
         }
         self.check_access(ptr, 0, size, write)
-            .map_err(|e| format!("{arg}: {e}"))?;
+            .map_err(|e| Violation::ArgAccess {
+                arg,
+                access: Box::new(e),
+            })?;
         if let Val::Stack(o) = ptr {
             for s in slot_of(o)..=slot_of(o + size - 1) {
                 if write {
                     st.stack[s] = Slot::Misc;
                 } else if matches!(st.stack[s], Slot::Spill(v) if v.is_ptr()) {
-                    return Err(format!(
-                        "{arg} would pass a spilled pointer's bytes to a helper"
-                    ));
+                    return Err(Violation::ArgSpilledPointer { arg });
                 }
             }
         }
@@ -306,13 +308,13 @@ impl Checker<'_> {
     fn map_arg(&self, st: &State) -> Res<usize> {
         match self.read(st, 1)? {
             Val::MapPtr(m) => Ok(m),
-            other => Err(format!("r1 must be a map, not {}", describe(other))),
+            other => Err(Violation::NotAMap { got: other.into() }),
         }
     }
 
     fn call(&mut self, i: Insn, st: &mut State) -> Res<()> {
         let Some(helper) = HelperId::from_imm(i.imm) else {
-            return Err(format!("unknown helper {}", i.imm));
+            return Err(Violation::UnknownHelper { id: i.imm });
         };
         let ret = match helper {
             HelperId::MapLookup => {
@@ -340,7 +342,9 @@ impl Checker<'_> {
                     false,
                 )?;
                 if self.read(st, 4)?.is_ptr() {
-                    return Err("the flags (r4) must be a number".into());
+                    return Err(Violation::ArgNotNumber {
+                        arg: "the flags (r4)",
+                    });
                 }
                 Val::Scalar(None)
             }
@@ -353,10 +357,16 @@ impl Checker<'_> {
             HelperId::KtimeGetNs => Val::Scalar(None),
             HelperId::TracePrintk => {
                 let Val::Scalar(Some(n)) = self.read(st, 2)? else {
-                    return Err("the format size (r2) must be a known constant".into());
+                    return Err(Violation::ArgNotConstant {
+                        arg: "the format size (r2)",
+                    });
                 };
                 if n == 0 || n > MAX_TRACE_FMT {
-                    return Err(format!("format size {n} is not in 1..={MAX_TRACE_FMT}"));
+                    return Err(Violation::ArgSize {
+                        arg: "the format size (r2)",
+                        n,
+                        max: MAX_TRACE_FMT,
+                    });
                 }
                 let fmt = self.read(st, 1)?;
                 self.check_mem_arg(st, "the format (r1)", fmt, n as i64, false)?;
@@ -364,16 +374,21 @@ impl Checker<'_> {
             }
             HelperId::GetQueueInfo => {
                 if self.read(st, 1)?.is_ptr() {
-                    return Err("the queue id (r1) must be a number".into());
+                    return Err(Violation::ArgNotNumber {
+                        arg: "the queue id (r1)",
+                    });
                 }
                 let Val::Scalar(Some(n)) = self.read(st, 3)? else {
-                    return Err("the size (r3) must be a known constant".into());
+                    return Err(Violation::ArgNotConstant {
+                        arg: "the size (r3)",
+                    });
                 };
                 if n == 0 || n > size_of::<QueueInfoOut>() as u64 {
-                    return Err(format!(
-                        "size {n} is not in 1..={}",
-                        size_of::<QueueInfoOut>()
-                    ));
+                    return Err(Violation::ArgSize {
+                        arg: "the size (r3)",
+                        n,
+                        max: size_of::<QueueInfoOut>() as u64,
+                    });
                 }
                 let out = self.read(st, 2)?;
                 self.check_mem_arg(st, "the output (r2)", out, n as i64, true)?;
@@ -396,7 +411,7 @@ fn offset_ptr(p: Val, delta: i64, reg: usize) -> Res<Val> {
     // Offsets stay small so that later bounds arithmetic cannot overflow.
     let bump = |o: i64| -> Res<i64> {
         let n = o.checked_add(delta).filter(|n| n.unsigned_abs() < 1 << 30);
-        n.ok_or_else(|| format!("pointer offset in r{reg} out of range"))
+        n.ok_or(Violation::PointerOffset { reg })
     };
     match p {
         Val::Ctx(o) => Ok(Val::Ctx(bump(o)?)),
@@ -412,10 +427,10 @@ fn offset_ptr(p: Val, delta: i64, reg: usize) -> Res<Val> {
             null: false,
             id,
         }),
-        Val::MapValue { null: true, .. } => Err(format!(
-            "arithmetic on r{reg}, a map value that may be NULL"
-        )),
-        other => Err(format!("arithmetic on r{reg}, {}", describe(other))),
+        other => Err(Violation::ArithmeticOn {
+            reg,
+            what: other.into(),
+        }),
     }
 }
 
@@ -443,19 +458,5 @@ fn mark_null(st: &mut State, id: u32, is_null: bool) {
         if let Slot::Spill(v) = s {
             fix(v);
         }
-    }
-}
-
-fn describe(v: Val) -> String {
-    match v {
-        Val::Uninit => "an uninitialized register".into(),
-        Val::Scalar(_) => "a number".into(),
-        Val::Ctx(o) => format!("the context{o:+}"),
-        Val::Stack(o) => format!("the stack r10{o:+}"),
-        Val::MapPtr(m) => format!("map #{m}"),
-        Val::MapValue {
-            map, null: true, ..
-        } => format!("a map #{map} value that may be NULL"),
-        Val::MapValue { map, off, .. } => format!("map #{map}'s value{off:+}"),
     }
 }

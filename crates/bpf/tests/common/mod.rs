@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use xpreempt_bpf::{LoadOptions, Policy};
+use xpreempt_bpf::{BpfProgram, LoadOptions};
 
 /// The bytes of a compiled object; fails the test (never skips it) when clang was missing.
 pub fn object(name: &str) -> Vec<u8> {
@@ -10,7 +10,7 @@ pub fn object(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
-pub fn policy(name: &str) -> Policy {
-    Policy::load(name, &object(name), LoadOptions::default())
+pub fn program(name: &str) -> BpfProgram {
+    BpfProgram::load(name, &object(name), LoadOptions::default())
         .unwrap_or_else(|e| panic!("{name}: {e}"))
 }

@@ -2,7 +2,7 @@
 //! gives the high-priority task a latency within 5 % of an explicit HPF configuration.
 
 use xpreempt_bpf::maps::MapSnapshot;
-use xpreempt_bpf::{BpfHooks, LoadOptions, Policy};
+use xpreempt_bpf::{BpfHooks, BpfProgram as Policy, LoadOptions};
 use xpreempt_sim::report::{SimOptions, SimReport, simulate};
 use xpreempt_sim::runner::Mode;
 use xpreempt_sim::scenario::Scenario;

@@ -1,11 +1,12 @@
-//! A loaded policy: an object's maps and its verified hook programs, ready to run.
+//! A loaded eBPF program: an object's maps and its verified hook programs, ready to run. (The
+//! CLI calls the installed one "the policy"; the core's `policy::Policy` is the Rust trait.)
 
 use crate::ctx::Hook;
-use crate::elf::{self, ElfError, PolicyObject};
+use crate::elf::{self, BpfObject, ElfError};
 use crate::helpers::{CallEnv, QueueTable, with_env};
 use crate::maps::{Map, MapError, MapSnapshot};
 use crate::verifier::{self, Limits, Verified, VerifyError};
-use crate::vm::{ExecMode, Program, VmError};
+use crate::vm::{ExecMode, HookProgram, VmError};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -43,16 +44,16 @@ pub struct ProgramInfo {
     pub mode: ExecMode,
 }
 
-pub struct Policy {
+pub struct BpfProgram {
     name: String,
     // `programs` hold the address ranges of `maps`' arenas; the arenas never move.
     maps: Vec<Map>,
-    programs: [Option<Program>; 4],
+    programs: [Option<HookProgram>; 4],
 }
 
-impl std::fmt::Debug for Policy {
+impl std::fmt::Debug for BpfProgram {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Policy")
+        f.debug_struct("BpfProgram")
             .field("name", &self.name)
             .field("maps", &self.maps.iter().map(Map::name).collect::<Vec<_>>())
             .field(
@@ -63,7 +64,7 @@ impl std::fmt::Debug for Policy {
     }
 }
 
-impl Policy {
+impl BpfProgram {
     /// Parses, verifies and prepares an object file's bytes. Nothing runs on failure.
     pub fn load(name: &str, bytes: &[u8], opts: LoadOptions) -> Result<Self, LoadError> {
         let object = elf::parse(bytes)?;
@@ -72,7 +73,7 @@ impl Policy {
 
     pub fn from_object(
         name: &str,
-        object: PolicyObject,
+        object: BpfObject,
         opts: LoadOptions,
     ) -> Result<Self, LoadError> {
         // Verify everything before allocating maps or building VMs.
@@ -91,10 +92,10 @@ impl Policy {
             .map(|d| Map::new(d.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         let regions: Vec<_> = maps.iter_mut().map(Map::value_region).collect();
-        let mut programs: [Option<Program>; 4] = Default::default();
+        let mut programs: [Option<HookProgram>; 4] = Default::default();
         for (p, v) in object.programs.into_iter().zip(checked) {
             let hook = p.hook;
-            programs[hook.index()] = Some(Program::new(hook, p.code, v, &regions, opts.mode)?);
+            programs[hook.index()] = Some(HookProgram::new(hook, p.code, v, &regions, opts.mode)?);
         }
         tracing::info!(policy = name, maps = maps.len(), "eBPF policy loaded");
         Ok(Self {
@@ -185,17 +186,14 @@ impl Policy {
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                Err(VmError::Run {
-                    hook,
-                    msg: format!("the VM panicked: {msg}"),
-                })
+                Err(VmError::Panic { hook, msg })
             }
         }
     }
 }
 
 #[cfg(test)]
-impl Policy {
+impl BpfProgram {
     /// A policy whose program skipped our verifier (rbpf's own checks still apply): the only
     /// way to make a program fail at run time, to test what happens then.
     pub(crate) fn unverified(name: &str, hook: Hook, code: Vec<u8>) -> Self {
@@ -203,9 +201,10 @@ impl Policy {
             insns: code.len() / 8,
             longest_path: 0,
         };
-        let mut programs: [Option<Program>; 4] = Default::default();
-        programs[hook.index()] =
-            Some(Program::new(hook, code, v, &[], ExecMode::Interpreter).expect("rbpf accepts it"));
+        let mut programs: [Option<HookProgram>; 4] = Default::default();
+        programs[hook.index()] = Some(
+            HookProgram::new(hook, code, v, &[], ExecMode::Interpreter).expect("rbpf accepts it"),
+        );
         Self {
             name: name.into(),
             maps: Vec::new(),
