@@ -421,8 +421,9 @@ impl State {
 
     pub fn list(&self) -> Vec<QueueRow> {
         let mut rows = Vec::new();
+        let now = self.now();
         for d in self.devices.values() {
-            for v in d.scheduler().views() {
+            for v in d.scheduler().snapshot(now) {
                 let Some(e) = self.queues.get(&v.id) else {
                     continue;
                 };

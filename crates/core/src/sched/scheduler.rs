@@ -123,6 +123,14 @@ impl Scheduler {
         &self.views
     }
 
+    /// Every queue as it stands now, after the last decision took effect (for operators).
+    pub fn snapshot(&self, now: Nanos) -> Vec<QueueView> {
+        self.queues
+            .values()
+            .map(|e| e.view(now, self.aging))
+            .collect()
+    }
+
     /// Applies one event and decides again. The actions are to be applied in order.
     pub fn handle(&mut self, now: Nanos, event: SchedEvent) -> Result<&[Action], SchedError> {
         self.actions.clear();
