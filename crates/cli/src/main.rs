@@ -2,6 +2,7 @@
 //! benchmark. Every subcommand prints a table for people, or one JSON object with `--json`.
 
 mod bench;
+mod daemon_bench;
 mod demo;
 mod ops;
 mod output;
@@ -48,6 +49,11 @@ enum Command {
     Stats(ops::Conn),
     /// Change the priority of a process's queues (PID) or of one queue (q7).
     SetPriority(ops::SetPriority),
+    /// Global mode's decision latency and the daemon's CPU use (no GPU needed).
+    BenchDaemon(daemon_bench::Args),
+    /// A background client of `bench-daemon`.
+    #[command(hide = true)]
+    BenchClient(daemon_bench::ClientArgs),
 }
 
 fn main() -> Result<()> {
@@ -67,5 +73,7 @@ fn main() -> Result<()> {
         Command::List(conn) => ops::list(&out, &conn),
         Command::Stats(conn) => ops::stats(&out, &conn),
         Command::SetPriority(args) => ops::set_priority(&out, &args),
+        Command::BenchDaemon(args) => daemon_bench::run(&out, &args),
+        Command::BenchClient(args) => daemon_bench::client(&args),
     }
 }

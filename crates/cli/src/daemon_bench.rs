@@ -1,0 +1,393 @@
+//! `xpreempt bench daemon`: how long global mode takes to decide, on any machine (no GPU).
+//!
+//! The measured path is the product's: a high-priority queue in one agent submits (its Ready goes
+//! into shared memory and rings the daemon), `xpreemptd` (a separate process) decides, and the
+//! agent holding a busy low-priority queue applies the Suspend — the time to its hardware
+//! queue's `deactivate` is the sample. The two measuring agents live in this process (each with
+//! its own segment, doorbells and control thread, as in two processes); the other clients are
+//! separate processes whose queues (on another device, so they never preempt the measured pair)
+//! come and go with short bursts: they load the daemon with decisions of their own.
+
+use crate::output::Output;
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as Proc, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use xpreempt_agent::{Agent, Declaration, Options};
+use xpreempt_core::{Command, CommandProps, HalError, Hints, HwQueue, Level, QueueConfig, Seq};
+use xpreempt_hal::Launched;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Client processes in all, the two measuring agents included (at least 2).
+    #[arg(long, default_value_t = 2)]
+    clients: u32,
+    /// Decisions to measure.
+    #[arg(long, default_value_t = 2000)]
+    samples: u32,
+    /// How long the daemon's fast-path threads spin before sleeping (µs).
+    #[arg(long, default_value_t = 50)]
+    spin_us: u64,
+    /// How long to watch the idle daemon's CPU use (s).
+    #[arg(long, default_value_t = 3.0)]
+    idle_secs: f64,
+    /// Write the JSON result here too.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Result_ {
+    clients: u32,
+    samples: usize,
+    spin_us: u64,
+    ready_to_suspend_us: Percentiles,
+    daemon_cpu_idle_pct: f64,
+    daemon_cpu_load_pct: f64,
+    path: &'static str,
+}
+
+#[derive(Serialize)]
+struct Percentiles {
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    max: f64,
+}
+
+/// A hardware queue that never finishes its work (the low queue stays busy) and stamps the
+/// moment the scheduler stops it.
+#[derive(Default)]
+struct Busy {
+    launched: AtomicU64,
+    stopped_at: AtomicU64,
+    released: Mutex<bool>,
+    wake: Condvar,
+}
+
+struct BusyHal(Arc<Busy>, Instant);
+
+impl HwQueue for BusyHal {
+    type Payload = ();
+    fn max_level(&self) -> Level {
+        Level::Lv2
+    }
+    fn launch(&self, _: Seq, _: &mut Command<()>, _: bool) -> Result<(), HalError> {
+        self.0.launched.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn record_sync(&self) -> Result<(), HalError> {
+        Ok(())
+    }
+    fn completed(&self) -> Seq {
+        if *self.0.released.lock().unwrap_or_else(|p| p.into_inner()) {
+            self.0.launched.load(Ordering::SeqCst)
+        } else {
+            0
+        }
+    }
+    fn synchronize(&self, _: Seq) -> Result<(), HalError> {
+        // Blocks the completion watcher (no polling) until the run ends.
+        let mut released = self.0.released.lock().unwrap_or_else(|p| p.into_inner());
+        while !*released {
+            released = self
+                .0
+                .wake
+                .wait(released)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        Ok(())
+    }
+    fn deactivate(&self) -> Result<(), HalError> {
+        self.0
+            .stopped_at
+            .store(self.1.elapsed().as_nanos() as u64, Ordering::SeqCst);
+        Ok(())
+    }
+    fn reactivate(&self, _: &mut [Launched<()>]) -> Result<(), HalError> {
+        Ok(())
+    }
+}
+
+/// Ends the busy queue's work when dropped.
+struct Release(Arc<Busy>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        *self.0.released.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.0.wake.notify_all();
+    }
+}
+
+/// A hardware queue whose commands each take `work` after their launch: long enough for the
+/// daemon to see the queue busy (a shorter burst is over before it matters).
+struct Timed {
+    work: Duration,
+    launched: Mutex<Vec<Instant>>,
+}
+
+impl Timed {
+    fn new(work: Duration) -> Self {
+        Self {
+            work,
+            launched: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl HwQueue for Timed {
+    type Payload = ();
+    fn max_level(&self) -> Level {
+        Level::Lv1
+    }
+    fn launch(&self, _: Seq, _: &mut Command<()>, _: bool) -> Result<(), HalError> {
+        let mut l = self.launched.lock().unwrap_or_else(|p| p.into_inner());
+        let start = l
+            .last()
+            .map_or(Instant::now(), |&prev| prev.max(Instant::now()));
+        l.push(start + self.work);
+        Ok(())
+    }
+    fn record_sync(&self) -> Result<(), HalError> {
+        Ok(())
+    }
+    fn completed(&self) -> Seq {
+        let now = Instant::now();
+        let l = self.launched.lock().unwrap_or_else(|p| p.into_inner());
+        l.iter().take_while(|&&done| done <= now).count() as Seq
+    }
+    fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
+        let due = {
+            let l = self.launched.lock().unwrap_or_else(|p| p.into_inner());
+            upto.checked_sub(1).and_then(|i| l.get(i as usize).copied())
+        };
+        if let Some(due) = due {
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        }
+        Ok(())
+    }
+}
+
+fn decl(device: u32, priority: i32, level: Level) -> Declaration {
+    Declaration {
+        device,
+        priority,
+        hints: Hints::default(),
+        interleave: None,
+        level,
+    }
+}
+
+fn agent(socket: &Path, name: &str) -> Result<Agent> {
+    let a = Agent::start(Options {
+        socket: socket.to_path_buf(),
+        name: name.into(),
+        ..Options::default()
+    })?;
+    if !a.is_remote() {
+        bail!(
+            "the agent could not reach the daemon at {}",
+            socket.display()
+        );
+    }
+    Ok(a)
+}
+
+fn command() -> Command<()> {
+    Command::kernel(()).with_props(CommandProps::new(false, true, false))
+}
+
+pub fn run(out: &Output, args: &Args) -> Result<()> {
+    if args.clients < 2 || args.samples == 0 {
+        bail!("--clients must be at least 2 and --samples at least 1");
+    }
+    let dir = std::env::temp_dir().join(format!("xpreempt-bench-daemon-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let socket = dir.join("xpreempt.sock");
+    let exe = std::env::current_exe()?;
+    let mut daemon = Guard(
+        Proc::new(&exe)
+            .args(["daemon", "--spin-us", &args.spin_us.to_string(), "--socket"])
+            .arg(&socket)
+            .env("XPREEMPT_LOG", "warn")
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the daemon")?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if Instant::now() > deadline {
+            bail!("the daemon did not start");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let idle = cpu_pct(daemon.0.id(), Duration::from_secs_f64(args.idle_secs))?;
+    let mut others = Vec::new();
+    for i in 0..args.clients - 2 {
+        others.push(Guard(
+            Proc::new(&exe)
+                .args([
+                    "bench-client",
+                    "--priority",
+                    &(i as i32 % 3).to_string(),
+                    "--socket",
+                ])
+                .arg(&socket)
+                .stdout(Stdio::null())
+                .spawn()
+                .context("starting a client process")?,
+        ));
+    }
+    let (low_agent, high_agent) = (agent(&socket, "bench-low")?, agent(&socket, "bench-high")?);
+    let busy = Arc::new(Busy::default());
+    let epoch = Instant::now();
+    let low = low_agent.queue(
+        decl(0, 0, Level::Lv2),
+        QueueConfig::new(4, 2, Level::Lv2)?,
+        BusyHal(busy.clone(), epoch),
+    )?;
+    // Declared after `low`, so dropped first on any exit: lets the low queue's watcher go.
+    let _release = Release(busy.clone());
+    let high = high_agent.queue(
+        decl(0, 100, Level::Lv1),
+        QueueConfig::new(4, 2, Level::Lv1)?,
+        Timed::new(Duration::from_millis(2)),
+    )?;
+    low.submit(command()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cpu_before = cpu_ticks(daemon.0.id())?;
+    let started = Instant::now();
+    let mut samples = Vec::with_capacity(args.samples as usize);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..args.samples {
+        // The low queue runs (not suspended) before each sample.
+        wait_for(|| !low.is_suspended(), "the low queue to be resumed")?;
+        busy.stopped_at.store(0, Ordering::SeqCst);
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_micros(200 + rng % 300));
+        let t0 = epoch.elapsed().as_nanos() as u64;
+        high.submit(command()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        wait_for(
+            || busy.stopped_at.load(Ordering::SeqCst) != 0,
+            "the low queue's suspension",
+        )?;
+        let t1 = busy.stopped_at.load(Ordering::SeqCst);
+        if t1 < t0 {
+            bail!("the low queue was suspended by something else than the measured submission");
+        }
+        samples.push((t1 - t0) as f64 / 1e3);
+        if i % 500 == 499 {
+            tracing::info!("{} / {} decisions", i + 1, args.samples);
+        }
+    }
+    let load_secs = started.elapsed().as_secs_f64();
+    let load = ticks_pct(cpu_ticks(daemon.0.id())? - cpu_before, load_secs);
+    drop((_release, low, high, low_agent, high_agent, others));
+    let _ = daemon.0.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+    samples.sort_by(f64::total_cmp);
+    let pick = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    let r = Result_ {
+        clients: args.clients,
+        samples: samples.len(),
+        spin_us: args.spin_us,
+        ready_to_suspend_us: Percentiles {
+            p50: pick(0.5),
+            p99: pick(0.99),
+            p999: pick(0.999),
+            max: pick(1.0),
+        },
+        daemon_cpu_idle_pct: idle,
+        daemon_cpu_load_pct: load,
+        path: "scheduler (xpreemptd, shared-memory fast path)",
+    };
+    if let Some(p) = &args.out {
+        std::fs::write(p, serde_json::to_string_pretty(&r)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    out.emit(&r, || {
+        format!(
+            "daemon decision latency, {} clients, spin {} µs, {} samples\nReady -> remote Suspend applied: p50 {:.1} µs  p99 {:.1} µs  p99.9 {:.1} µs  max {:.1} µs\ndaemon CPU: idle {:.2} % of a core, under load {:.1} %\n",
+            r.clients,
+            r.spin_us,
+            r.samples,
+            r.ready_to_suspend_us.p50,
+            r.ready_to_suspend_us.p99,
+            r.ready_to_suspend_us.p999,
+            r.ready_to_suspend_us.max,
+            r.daemon_cpu_idle_pct,
+            r.daemon_cpu_load_pct
+        )
+    })
+}
+
+/// Kills the child when dropped, so an error leaves no process behind.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(mut f: impl FnMut() -> bool, what: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !f() {
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        // The sample is stamped by the agent's thread, not here: sleeping keeps this thread
+        // from taking a core the measured path needs.
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    Ok(())
+}
+
+/// user + system CPU ticks of a process.
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Ok(get(11) + get(12))
+}
+
+fn ticks_pct(ticks: u64, secs: f64) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 / hz / secs * 100.0
+}
+
+fn cpu_pct(pid: u32, over: Duration) -> Result<f64> {
+    let before = cpu_ticks(pid)?;
+    std::thread::sleep(over);
+    Ok(ticks_pct(cpu_ticks(pid)? - before, over.as_secs_f64()))
+}
+
+#[derive(clap::Args)]
+pub struct ClientArgs {
+    #[arg(long)]
+    socket: PathBuf,
+    #[arg(long, allow_hyphen_values = true)]
+    priority: i32,
+}
+
+/// A background client of the benchmark: one queue that gets a short burst every 10 ms.
+pub fn client(args: &ClientArgs) -> Result<()> {
+    let a = agent(&args.socket, "bench-client")?;
+    let q = a.queue(
+        decl(1, args.priority, Level::Lv1),
+        QueueConfig::new(4, 2, Level::Lv1)?,
+        Timed::new(Duration::from_micros(500)),
+    )?;
+    loop {
+        q.submit(command()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
