@@ -4,8 +4,8 @@
 # xpreempt, libxpreempt_shim.so, gpu-tests (xpreempt-bench's tests/gpu.rs) and cuda-conformance
 # (xpreempt-cuda's tests/conformance.rs). Writes $OUT/results.tgz and $OUT/log.txt.
 #
-# Producing .carry/ on the build machine, from the repository root (the device has no toolchain;
-# test binaries get a hashed name, which cargo prints as "Executable ... (path)"):
+# Producing .carry/ on the build machine, from the repository root (test binaries get a hashed
+# name, which cargo prints as "Executable ... (path)"):
 #   cargo build --release -p xpreempt-cli -p xpreempt-shim
 #   mkdir -p .carry && cp target/release/xpreempt target/release/libxpreempt_shim.so bench/run-gpu.sh .carry/
 #   exe() { sed -n 's/^ *Executable .*(\(.*\))$/\1/p'; }
