@@ -1,7 +1,17 @@
 #!/bin/bash
 # One device run of the CUDA backend: environment, GPU tests, preemption latency, LC/BE scenarios
 # (time-sliced and under MPS, BE normal and persistent). Expects the release binaries in .carry/:
-# xpreempt, libxpreempt_shim.so, gpu-tests. Writes $OUT/results.tgz and $OUT/log.txt.
+# xpreempt, libxpreempt_shim.so, gpu-tests (xpreempt-bench's tests/gpu.rs) and cuda-conformance
+# (xpreempt-cuda's tests/conformance.rs). Writes $OUT/results.tgz and $OUT/log.txt.
+#
+# Producing .carry/ on the build machine, from the repository root (test binaries get a hashed
+# name, which cargo prints as "Executable ... (path)"):
+#   cargo build --release -p xpreempt-cli -p xpreempt-shim
+#   mkdir -p .carry && cp target/release/xpreempt target/release/libxpreempt_shim.so bench/run-gpu.sh .carry/
+#   exe() { sed -n 's/^ *Executable .*(\(.*\))$/\1/p'; }
+#   cp "$(cargo test --release -p xpreempt-bench --test gpu --no-run 2>&1 | exe)" .carry/gpu-tests
+#   cp "$(cargo test --release -p xpreempt-cuda --test conformance --no-run 2>&1 | exe)" .carry/cuda-conformance
+# Then on the device: `bash .carry/run-gpu.sh` (or STEPS="tests" ... for a subset).
 set -u
 C=$(pwd)/.carry
 R=/tmp/xp-results; mkdir -p $R
@@ -24,7 +34,8 @@ info)
 lv3)
   LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=1 timeout 60 $XP bench lv3-probe --out $R/lv3-probe.json ;;
 tests)
-  XPREEMPT_BIN=$XP XPREEMPT_SHIM=$SHIM timeout 180 $C/gpu-tests --ignored --test-threads=1 --nocapture 2>&1 | tee $R/gpu-tests.txt ;;
+  XPREEMPT_BIN=$XP XPREEMPT_SHIM=$SHIM timeout 180 $C/gpu-tests --ignored --test-threads=1 --nocapture 2>&1 | tee $R/gpu-tests.txt
+  timeout 120 $C/cuda-conformance --ignored --test-threads=1 --nocapture 2>&1 | tee $R/cuda-conformance.txt ;;
 latency)
   timeout 200 $XP --json bench latency --trials ${TRIALS:-15} --out $R/latency.json --svg $R/latency.svg > /dev/null ;;
 smoke)

@@ -3,8 +3,7 @@
 //! Nothing here touches libcuda before [`driver_present`] said it can be loaded, so every binary
 //! that links this crate runs (and reports "no CUDA") on a machine without a GPU.
 
-use crate::cu;
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, Result, cu};
 use cudarc::driver::sys;
 use std::ffi::c_int;
 use std::sync::OnceLock;
@@ -12,29 +11,32 @@ use std::sync::OnceLock;
 /// Whether libcuda can be loaded. Cached.
 pub fn driver_present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries to dlopen the library.
+    // SAFETY: only dlopens libcuda (no driver call); a missing library is the `false` answer.
     *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
 }
 
 /// Initialises the driver once; fails cleanly without one.
 pub fn init() -> Result<()> {
-    static INIT: OnceLock<Result<(), String>> = OnceLock::new();
-    let r = INIT.get_or_init(|| {
-        if !driver_present() {
-            return Err(CudaError::NoDriver.to_string());
-        }
-        cu!(cuInit(0)).map_err(|e| e.to_string())
-    });
-    match r {
-        Ok(()) => Ok(()),
-        Err(_) if !driver_present() => Err(CudaError::NoDriver),
-        Err(e) => Err(CudaError::Other(e.clone())),
+    // The driver's answer is kept, not its message: every caller gets the same typed error.
+    static INIT: OnceLock<Result<(), sys::CUresult>> = OnceLock::new();
+    if !driver_present() {
+        return Err(CudaError::NoDriver);
     }
+    // SAFETY: libcuda is loaded (checked above); cuInit takes no pointers.
+    let r = INIT.get_or_init(|| match unsafe { sys::cuInit(0) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        code => Err(code),
+    });
+    r.map_err(|code| CudaError::Driver {
+        call: "cuInit",
+        code,
+    })
 }
 
 pub fn device_count() -> Result<i32> {
     init()?;
     let mut n: c_int = 0;
+    // SAFETY: `n` is a live local the driver writes one int into.
     cu!(cuDeviceGetCount(&mut n))?;
     Ok(n)
 }
@@ -43,6 +45,7 @@ pub fn device_count() -> Result<i32> {
 pub fn driver_version() -> Result<i32> {
     init()?;
     let mut v: c_int = 0;
+    // SAFETY: `v` is a live local the driver writes one int into.
     cu!(cuDriverGetVersion(&mut v))?;
     Ok(v)
 }
@@ -59,8 +62,12 @@ pub struct Device {
     pub mps_enabled: bool,
 }
 
-// SAFETY: CUcontext handles may be used from any thread once made current there.
+// SAFETY: a CUdevice is a plain ordinal and a CUcontext a process-wide handle that the driver
+// lets any thread make current; `Device` never mutates either after `open`, and the primary
+// context retain it holds is released once, in Drop.
 unsafe impl Send for Device {}
+// SAFETY: as above: shared references only read the handles and pass them to thread-safe driver
+// calls.
 unsafe impl Sync for Device {}
 
 impl Device {
@@ -70,16 +77,21 @@ impl Device {
             return Err(CudaError::NoDevice(ordinal, n));
         }
         let mut dev: sys::CUdevice = 0;
+        // SAFETY: `dev` is a live local; `ordinal` was checked against the device count.
         cu!(cuDeviceGet(&mut dev, ordinal))?;
         let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: `ctx` is a live local; `dev` came from cuDeviceGet. The retain is released in
+        // Drop (a failure below drops nothing, so it leaks one retain of the primary context,
+        // which the driver frees at exit).
         cu!(cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
+        // SAFETY: `ctx` is the primary context just retained.
         cu!(cuCtxSetCurrent(ctx))?;
         let mut name = [0 as std::ffi::c_char; 128];
+        // SAFETY: the buffer holds 128 chars, the length passed; the driver NUL-terminates.
         cu!(cuDeviceGetName(name.as_mut_ptr(), 128, dev))?;
-        // SAFETY: the driver wrote a NUL-terminated string into the buffer.
-        let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
+        let name = std::ffi::CStr::from_bytes_until_nul(&name.map(|c| c as u8))
+            .map(|c| c.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let sm_count = attribute(
             dev,
             sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
@@ -103,6 +115,7 @@ impl Device {
     /// Makes this device's context current on the calling thread (cheap; do it on every thread
     /// that uses the device).
     pub fn bind(&self) -> Result<()> {
+        // SAFETY: `self.ctx` is retained until Drop.
         cu!(cuCtxSetCurrent(self.ctx))
     }
 
@@ -110,6 +123,7 @@ impl Device {
     pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
         self.bind()?;
         let (mut least, mut greatest): (c_int, c_int) = (0, 0);
+        // SAFETY: two live locals; the context is current (bind above).
         cu!(cuCtxGetStreamPriorityRange(&mut least, &mut greatest))?;
         Ok((least, greatest))
     }
@@ -139,19 +153,21 @@ impl Device {
 
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
+        // SAFETY: no arguments; the context is current (bind above).
         cu!(cuCtxSynchronize())
     }
 }
 
 impl Drop for Device {
     fn drop(&mut self) {
-        // SAFETY: releases the retain taken in `open`.
+        // SAFETY: releases the one retain `open` took; nothing uses `self.dev` afterwards.
         let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };
     }
 }
 
 fn attribute(dev: sys::CUdevice, attr: sys::CUdevice_attribute) -> Result<i32> {
     let mut v: c_int = 0;
+    // SAFETY: `v` is a live local; `dev` came from cuDeviceGet.
     cu!(cuDeviceGetAttribute(&mut v, attr, dev))?;
     Ok(v)
 }
@@ -167,13 +183,19 @@ impl DeviceBuffer {
     /// Zeroed device memory.
     pub fn zeroed(bytes: usize) -> Result<Self> {
         let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: `ptr` is a live local; the caller bound a context.
         cu!(cuMemAlloc_v2(&mut ptr, bytes.max(4)))?;
+        let buf = Self { ptr, bytes };
+        // SAFETY: `ptr` is the allocation just made, at least `bytes.max(4)` long (freed by
+        // `buf`'s Drop if this fails).
         cu!(cuMemsetD8_v2(ptr, 0, bytes.max(4)))?;
-        Ok(Self { ptr, bytes })
+        Ok(buf)
     }
 
     pub fn read_u32(&self) -> Result<Vec<u32>> {
         let mut v = vec![0u32; self.bytes / 4];
+        // SAFETY: the host vector holds `v.len() * 4` bytes, no more than the allocation's
+        // `bytes`; the copy is synchronous, so `v` outlives it.
         cu!(cuMemcpyDtoH_v2(
             v.as_mut_ptr().cast(),
             self.ptr,
@@ -181,15 +203,12 @@ impl DeviceBuffer {
         ))?;
         Ok(v)
     }
-
-    pub fn zero(&self) -> Result<()> {
-        cu!(cuMemsetD8_v2(self.ptr, 0, self.bytes))
-    }
 }
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        // SAFETY: frees what `zeroed` allocated.
+        // SAFETY: frees the allocation `zeroed` made, once. Work still using it is the owner's
+        // to finish first (a CudaQueue synchronizes its streams before its buffers drop).
         let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
     }
 }
@@ -201,15 +220,20 @@ pub struct PinnedWords {
     pub(crate) len: usize,
 }
 
+// SAFETY: the words are written once, in `new`, before the value is shared; afterwards only the
+// copy engine reads them. The allocation is owned and freed once, in Drop.
 unsafe impl Send for PinnedWords {}
+// SAFETY: as above: `&PinnedWords` only hands out addresses, never writes.
 unsafe impl Sync for PinnedWords {}
 
 impl PinnedWords {
     pub fn new(values: &[u32]) -> Result<Self> {
         let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
-        cu!(cuMemHostAlloc(&mut p, values.len() * 4, 0))?;
+        // SAFETY: `p` is a live local; flags 0 is plain pinned memory. The caller bound a context.
+        cu!(cuMemHostAlloc(&mut p, values.len().max(1) * 4, 0))?;
         let ptr = p.cast::<u32>();
-        // SAFETY: fresh allocation of the right size.
+        // SAFETY: a fresh, page-aligned allocation of at least `values.len()` u32s that nothing
+        // else references yet.
         unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), ptr, values.len()) };
         Ok(Self {
             ptr,
@@ -217,16 +241,23 @@ impl PinnedWords {
         })
     }
 
-    pub fn word(&self, i: usize) -> *const u32 {
-        assert!(i < self.len);
-        // SAFETY: in bounds.
-        unsafe { self.ptr.add(i) }
+    /// The address of word `i`, valid as long as `self`, for an asynchronous copy.
+    pub fn word(&self, i: usize) -> Result<*const u32> {
+        if i >= self.len {
+            return Err(CudaError::PinnedIndex {
+                index: i,
+                len: self.len,
+            });
+        }
+        // `wrapping_add` needs no unsafe; `i` is in bounds, so it is the word's real address.
+        Ok(self.ptr.wrapping_add(i).cast_const())
     }
 }
 
 impl Drop for PinnedWords {
     fn drop(&mut self) {
-        // SAFETY: frees what `new` allocated.
+        // SAFETY: frees the allocation `new` made, once; its owner (a CudaQueue) synchronized
+        // the streams whose copies read it first.
         let _ = unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
     }
 }

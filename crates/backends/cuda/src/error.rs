@@ -16,27 +16,83 @@ pub enum CudaError {
         call: &'static str,
         code: sys::CUresult,
     },
-    #[error("NVRTC: {0}")]
-    Nvrtc(String),
-    #[error("{0}")]
-    Other(String),
+    #[error("libnvrtc not found (add the CUDA lib64 folder to LD_LIBRARY_PATH)")]
+    NoNvrtc,
+    /// NVRTC rejected the source; `log` is its compile log.
+    #[error("NVRTC compilation failed:\n{log}")]
+    NvrtcCompileLog { log: String },
+    /// NVRTC failed other than by rejecting the source (creating the program, reading the PTX).
+    #[error("NVRTC failed")]
+    Nvrtc(#[source] cudarc::nvrtc::CompileError),
+    #[error("PTX image contains a NUL byte")]
+    PtxNul(#[source] std::ffi::NulError),
+    #[error("kernel name {name:?} contains a NUL byte")]
+    KernelNameNul {
+        name: String,
+        #[source]
+        source: std::ffi::NulError,
+    },
+    #[error("{given} kernel arguments, at most {max} are supported")]
+    TooManyArgs { given: usize, max: usize },
+    #[error("pinned word {index} out of {len}")]
+    PinnedIndex { index: usize, len: usize },
+    #[error("guarded kernel needs {units} completion words, the queue has {max_units}")]
+    GuardTooLarge { units: u32, max_units: u32 },
+    #[error(
+        "all {slots} completion slots are in use; give the queue more slots than its threshold"
+    )]
+    SlotsExhausted { slots: u32 },
+    #[error("a guarded kernel needs a CudaQueue (it fills in the guard's parameters)")]
+    GuardedOnPlainStream,
+    #[error("{0} is not supported by the CUDA backend yet")]
+    UnsupportedCommand(&'static str),
+    #[error("SET_TIMESLICE ioctl failed")]
+    TimesliceIoctl(#[source] std::io::Error),
+    #[error("SET_TIMESLICE: RM status {0:#x}")]
+    TimesliceRm(i64),
     #[error("reactivate after interrupt: an interrupted queue is resumed with restore")]
     ReactivateAfterInterrupt,
     #[error("synchronize({upto}) beyond the last launch ({launched})")]
     SyncBeyondLaunch { upto: u64, launched: u64 },
 }
 
+impl CudaError {
+    /// Whether the call was refused as asked (retrying it fails the same way), rather than the
+    /// driver or hardware failing.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            CudaError::TooManyArgs { .. }
+                | CudaError::GuardTooLarge { .. }
+                | CudaError::SlotsExhausted { .. }
+                | CudaError::GuardedOnPlainStream
+                | CudaError::UnsupportedCommand(_)
+                | CudaError::ReactivateAfterInterrupt
+                | CudaError::SyncBeyondLaunch { .. }
+        )
+    }
+
+    /// The HAL error of operation `op`, keeping this one as its source.
+    pub fn into_hal(self, op: &'static str) -> HalError {
+        if self.is_refusal() {
+            HalError::refused(op, self)
+        } else {
+            HalError::backend(op, self)
+        }
+    }
+}
+
+/// For `?` outside the `HwQueue` methods, which name their operation with [`CudaError::into_hal`].
 impl From<CudaError> for HalError {
     fn from(e: CudaError) -> Self {
-        HalError::backend("cuda", e)
+        e.into_hal("cuda")
     }
 }
 
 pub type Result<T, E = CudaError> = std::result::Result<T, E>;
 
 /// Turns a driver return code into a `Result`, naming the call.
-#[doc(hidden)]
-pub fn check(call: &'static str, code: sys::CUresult) -> Result<()> {
+pub(crate) fn check(call: &'static str, code: sys::CUresult) -> Result<()> {
     if code == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
@@ -44,11 +100,15 @@ pub fn check(call: &'static str, code: sys::CUresult) -> Result<()> {
     }
 }
 
-/// Calls a raw driver function and checks its result: `cu!(cuInit(0))`.
-#[macro_export]
-#[doc(hidden)]
+/// Calls a raw driver function and checks its result: `cu!(cuInit(0))`. The call is unsafe:
+/// every use carries a `// SAFETY:` comment on the handles and pointers it passes.
 macro_rules! cu {
     ($f:ident ( $($arg:expr),* $(,)? )) => {
-        $crate::error::check(stringify!($f), unsafe { cudarc::driver::sys::$f($($arg),*) })
+        $crate::error::check(
+            stringify!($f),
+            // SAFETY: the caller's `// SAFETY:` comment covers the arguments of this call.
+            unsafe { cudarc::driver::sys::$f($($arg),*) },
+        )
     };
 }
+pub(crate) use cu;

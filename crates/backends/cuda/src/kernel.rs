@@ -1,5 +1,6 @@
 //! The kernel payload of the CUDA backend.
 
+use crate::error::{CudaError, Result};
 use cudarc::driver::sys;
 
 /// Most kernel arguments a payload carries (besides the guard's three).
@@ -7,6 +8,10 @@ pub const MAX_ARGS: usize = 12;
 
 /// One kernel launch. Arguments are passed by value, each at most 8 bytes (pointers, integers,
 /// floats as their bits), in the kernel's parameter order; a 4-byte parameter reads the low half.
+///
+/// `func` must be a function of a module that stays loaded while launches of this kernel run,
+/// taking exactly `nargs` parameters of at most 8 bytes (after the guard's three when
+/// `guard` is set): the driver reads that many argument slots.
 #[derive(Debug)]
 pub struct Kernel {
     pub func: sys::CUfunction,
@@ -42,19 +47,28 @@ impl Clone for Kernel {
     }
 }
 
-// SAFETY: a CUfunction is a handle valid in any thread of the process.
+// SAFETY: a CUfunction is an opaque handle into a module, usable from any thread of the process
+// (the driver locks internally); the rest is plain data.
 unsafe impl Send for Kernel {}
+// SAFETY: as above; `&Kernel` only reads the handle and the arguments.
 unsafe impl Sync for Kernel {}
 
 impl Kernel {
-    pub fn new(func: sys::CUfunction, grid: [u32; 3], block: [u32; 3], args: &[u64]) -> Self {
-        assert!(
-            args.len() <= MAX_ARGS,
-            "at most {MAX_ARGS} kernel arguments"
-        );
+    /// A launch of `func` with `args`; fails when there are more than [`MAX_ARGS`].
+    pub fn new(
+        func: sys::CUfunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &[u64],
+    ) -> Result<Self> {
         let mut a = [0u64; MAX_ARGS];
-        a[..args.len()].copy_from_slice(args);
-        Self {
+        a.get_mut(..args.len())
+            .ok_or(CudaError::TooManyArgs {
+                given: args.len(),
+                max: MAX_ARGS,
+            })?
+            .copy_from_slice(args);
+        Ok(Self {
             func,
             grid,
             block,
@@ -63,7 +77,7 @@ impl Kernel {
             nargs: args.len(),
             guard: None,
             slot: None,
-        }
+        })
     }
 
     /// Marks the kernel as guard-built with one completion word per block.
@@ -77,8 +91,19 @@ impl Kernel {
         self.guard = Some(GuardUnits(items));
         self
     }
+}
 
-    pub fn blocks(&self) -> u64 {
-        self.grid.iter().map(|&g| g as u64).product()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn too_many_arguments_is_an_error() {
+        let f = std::ptr::null_mut();
+        assert!(Kernel::new(f, [1; 3], [1; 3], &[0; MAX_ARGS]).is_ok());
+        assert!(matches!(
+            Kernel::new(f, [1; 3], [1; 3], &[0; MAX_ARGS + 1]),
+            Err(CudaError::TooManyArgs { given: 13, max: 12 })
+        ));
     }
 }

@@ -2,30 +2,40 @@
 //! filled in), completion slots, copies, memsets and host callbacks. Every function here either
 //! hands the command to the hardware or fails with nothing launched.
 
-use crate::cu;
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, Result, cu};
 use crate::kernel::{Kernel, MAX_ARGS};
 use crate::queue::{CudaQueue, Inner};
 use std::ffi::c_void;
 use xpreempt_types::{Command, Op};
 
-/// `cuLaunchKernel` on `stream` with `leading` parameters (the guard's) before the kernel's own.
-// Temporarily public for the bench crate; the native-stream API replaces it.
-#[doc(hidden)]
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub fn launch_on(
+/// `cuLaunchKernel` on `stream` with `leading` parameters (the guard's, at most three) before the
+/// kernel's own.
+///
+/// # Safety
+///
+/// `stream` is a live stream of the current context, and `k` keeps the contract of [`Kernel`]:
+/// its function is loaded and takes exactly `leading.len() + k.nargs` parameters of at most
+/// 8 bytes, so the driver reads only the argument slots filled in here.
+pub(crate) unsafe fn launch_on(
     stream: cudarc::driver::sys::CUstream,
     k: &Kernel,
     leading: &mut [u64],
 ) -> Result<()> {
     let mut args = k.args;
+    let own = args.get_mut(..k.nargs).ok_or(CudaError::TooManyArgs {
+        given: k.nargs,
+        max: MAX_ARGS,
+    })?;
     let mut ptrs: [*mut c_void; MAX_ARGS + 3] = [std::ptr::null_mut(); MAX_ARGS + 3];
     for (p, v) in ptrs
         .iter_mut()
-        .zip(leading.iter_mut().chain(args[..k.nargs].iter_mut()))
+        .zip(leading.iter_mut().chain(own.iter_mut()))
     {
         *p = (v as *mut u64).cast();
     }
+    // SAFETY: `ptrs` points at `leading` and the local copy `args`, both alive until the call
+    // returns (the driver copies the values at launch); the caller vouches for `stream` and for
+    // the function's parameter list.
     cu!(cuLaunchKernel(
         k.func,
         k.grid[0],
@@ -49,10 +59,10 @@ impl CudaQueue {
         let mut fresh_slot = None;
         if let Some(units) = k.guard {
             if units.0 > self.cfg.max_units {
-                return Err(CudaError::Other(format!(
-                    "guarded kernel needs {} completion words, the queue has {}",
-                    units.0, self.cfg.max_units
-                )));
+                return Err(CudaError::GuardTooLarge {
+                    units: units.0,
+                    max_units: self.cfg.max_units,
+                });
             }
             let (slot, epoch) = match k.slot {
                 Some(se) => se,
@@ -61,10 +71,9 @@ impl CudaQueue {
                     // A slot still held by an unfinished (or stopped) kernel must not be reused:
                     // its relaunch would take the new epoch's marks for its own.
                     if g.flight.slot_busy(slot) {
-                        return Err(CudaError::Other(format!(
-                            "all {} completion slots are in use; give the queue more slots than its threshold",
-                            self.cfg.slots
-                        )));
+                        return Err(CudaError::SlotsExhausted {
+                            slots: self.cfg.slots,
+                        });
                     }
                     g.next_slot = (g.next_slot + 1) % self.cfg.slots;
                     g.epoch = g.epoch.wrapping_add(1).max(1);
@@ -81,7 +90,10 @@ impl CudaQueue {
         } else {
             &mut [][..]
         };
-        let launched = launch_on(g.stream, k, guard);
+        // SAFETY: `g.stream` is this queue's live stream (its context is bound by the HwQueue
+        // entry points); a guarded kernel gets its three guard values here, and `Kernel`'s
+        // contract covers the rest of its parameters.
+        let launched = unsafe { launch_on(g.stream, k, guard) };
         if let Err(e) = launched {
             if let Some(slot) = fresh_slot {
                 // Not launched: the next attempt takes a slot afresh (this one, if still free).
@@ -105,10 +117,14 @@ impl CudaQueue {
             Op::Memcpy {
                 dst, src, bytes, ..
             } => {
+                // SAFETY: `g.stream` is live. The addresses are trusted as the HAL's command
+                // model trusts a kernel's pointer arguments: the submitter owns both ranges
+                // until the command completes (see the crate README, "Soundness").
                 cu!(cuMemcpyAsync(*dst, *src, *bytes as usize, g.stream))?;
                 Ok(None)
             }
             Op::Memset { dst, value, bytes } => {
+                // SAFETY: as for the copy: a live stream and the submitter's device address.
                 cu!(cuMemsetD8Async(*dst, *value, *bytes as usize, g.stream))?;
                 Ok(None)
             }
@@ -118,6 +134,8 @@ impl CudaQueue {
                     unreachable!()
                 };
                 let data = Box::into_raw(Box::new(f));
+                // SAFETY: `g.stream` is live; the driver calls the trampoline once with `data`,
+                // which owns the boxed callback from here (or hands it back on failure below).
                 if let Err(e) = cu!(cuLaunchHostFunc(
                     g.stream,
                     Some(host_trampoline),
@@ -131,9 +149,8 @@ impl CudaQueue {
                 }
                 Ok(None)
             }
-            Op::EventRecord(_) | Op::EventWait(_) => Err(CudaError::Other(
-                "cross-queue events are not supported by the CUDA backend yet".into(),
-            )),
+            Op::EventRecord(_) => Err(CudaError::UnsupportedCommand("EventRecord")),
+            Op::EventWait(_) => Err(CudaError::UnsupportedCommand("EventWait")),
         }
     }
 }

@@ -6,28 +6,31 @@
 //!   per-launch completion array, exact relaunch); Lv3 through the channel-group timeslice
 //!   (needs the `xpreempt-shim` ioctl interposer and a tested driver). Lv2 lives in `lv2.rs`;
 //!   [`lv3`] counts the interrupted queues of the process, whose timeslice is one setting.
-//! - [`priority_map`] maps logical priorities onto stream priorities (same context or MPS).
-//! - [`mps`] tells an MPS client from a time-sliced context and picks the level.
+//! - [`native`]: plain streams, events and host-mapped words for work beside the HAL (the
+//!   baselines and probes of `xpreempt bench`), as safe owners of the driver handles.
+//! - [`mps`] tells an MPS client from a time-sliced context.
 //!
+//! A HAL backend: it depends on `xpreempt-types` and `xpreempt-hal` only, never on the scheduler.
 //! libcuda is loaded at run time: everything builds and the unit tests run without a GPU;
 //! [`driver::driver_present`] says whether one can be used.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod driver;
 pub mod error;
 mod flight;
 pub mod kernel;
-#[doc(hidden)]
-pub mod launch;
+mod launch;
 mod lv2;
 pub mod lv3;
 pub mod mps;
+pub mod native;
 pub mod nvrtc;
-pub mod priorities;
-pub mod priority_map;
 pub mod queue;
 pub mod timeslice;
 
 pub use driver::{Device, driver_present};
 pub use error::CudaError;
 pub use kernel::Kernel;
+pub use native::{Event, HostWord, Stream};
 pub use queue::{CudaQueue, CudaQueueConfig};

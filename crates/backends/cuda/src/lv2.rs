@@ -12,12 +12,10 @@
 //! got ([`Relaunch`]), so that a retry relaunches exactly what is missing: nothing twice, nothing
 //! skipped, and the watermark stays frozen until every stopped kernel is running again.
 
-use crate::CudaError;
-use crate::cu;
+use crate::error::{CudaError, Result, cu};
 use crate::kernel::Kernel;
 use crate::queue::{CudaQueue, Inner, Stop};
-use xpreempt_hal::{HalError, HwQueue};
-use xpreempt_types::{Launched, Level, Op, Seq};
+use xpreempt_types::{Launched, Op, Seq};
 
 /// How far a reactivate got, kept across failed attempts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,8 +48,8 @@ pub(crate) fn relaunch_stopped<P, E>(
     log: &mut [Launched<P>],
     next: &mut Seq,
     guarded: impl Fn(&P) -> bool,
-    mut step: impl FnMut(Seq, Option<&mut P>) -> Result<(), E>,
-) -> Result<(), E> {
+    mut step: impl FnMut(Seq, Option<&mut P>) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
     let from = *next;
     for entry in log.iter_mut().filter(|e| e.seq >= from) {
         match &mut entry.command.op {
@@ -65,10 +63,8 @@ pub(crate) fn relaunch_stopped<P, E>(
 }
 
 impl CudaQueue {
-    pub(crate) fn lv2_deactivate(&self) -> Result<(), HalError> {
-        if self.level < Level::Lv2 {
-            return Err(self.unsupported("deactivate", Level::Lv2));
-        }
+    /// Deactivate; the caller checked the level.
+    pub(crate) fn lv2_deactivate(&self) -> Result<()> {
         self.bind()?;
         let mut g = self.lock();
         if g.stop == Stop::Flagged {
@@ -78,12 +74,16 @@ impl CudaQueue {
         let flag = flag_is_safe(g.flight.slots());
         // The stop event first: if it fails, nothing has changed. It covers everything launched
         // so far; the flag set (on the control stream) only makes that end sooner.
+        // SAFETY: `stop_event` and the stream are this queue's, alive until Drop; the lock is held.
         cu!(cuEventRecord(g.stop_event, g.stream))?;
         if flag {
+            let set = self.flag_values.word(0)?;
             // The control stream is FIFO: this set lands after any earlier clear.
+            // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by this
+            // queue and freed only after Drop synchronized the control stream.
             cu!(cuMemcpyHtoDAsync_v2(
                 self.flag.ptr,
-                self.flag_values.word(0).cast(),
+                set.cast(),
                 4,
                 self.control
             ))?;
@@ -95,7 +95,7 @@ impl CudaQueue {
         Ok(())
     }
 
-    pub(crate) fn lv2_reactivate(&self, log: &mut [Launched<Kernel>]) -> Result<(), HalError> {
+    pub(crate) fn lv2_reactivate(&self, log: &mut [Launched<Kernel>]) -> Result<()> {
         self.bind()?;
         let mut g = self.lock();
         match g.stop {
@@ -103,12 +103,7 @@ impl CudaQueue {
                 g.stop = Stop::Running;
                 return Ok(());
             }
-            Stop::Interrupted => {
-                return Err(HalError::refused(
-                    "reactivate",
-                    CudaError::ReactivateAfterInterrupt,
-                ));
-            }
+            Stop::Interrupted => return Err(CudaError::ReactivateAfterInterrupt),
             Stop::Flagged => {}
         }
         if !g.relaunch.cleared {
@@ -142,15 +137,22 @@ impl CudaQueue {
     /// Clears the flag on the control stream once every stopped block has exited (stop_event),
     /// so that a later deactivate's set (same stream, FIFO) can never be overtaken by this clear;
     /// the queue stream waits for the clear before the relaunch. Repeating it is harmless.
-    fn clear_flag(&self, g: &mut Inner) -> Result<(), HalError> {
+    fn clear_flag(&self, g: &mut Inner) -> Result<()> {
+        let clear = self.flag_values.word(1)?;
+        // SAFETY: the control stream and `stop_event` are this queue's, alive until Drop.
         cu!(cuStreamWaitEvent(self.control, g.stop_event, 0))?;
+        // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by this
+        // queue and freed only after Drop synchronized the control stream.
         cu!(cuMemcpyHtoDAsync_v2(
             self.flag.ptr,
-            self.flag_values.word(1).cast(),
+            clear.cast(),
             4,
             self.control
         ))?;
+        // SAFETY: this queue's event and control stream; the lock is held, so no other record
+        // of `clear_event` interleaves.
         cu!(cuEventRecord(g.clear_event, self.control))?;
+        // SAFETY: this queue's stream and event.
         cu!(cuStreamWaitEvent(g.stream, g.clear_event, 0))?;
         // Events recorded before the stop prove nothing now.
         while let Some((_, ev)) = g.sync.pop_front() {
@@ -166,12 +168,7 @@ impl CudaQueue {
 
     /// Relaunches one stopped kernel (`Some`) or notes an entry that was not stopped (`None`).
     /// Fails only before anything was handed to the hardware.
-    fn relaunch_one(
-        &self,
-        g: &mut Inner,
-        seq: Seq,
-        kernel: Option<&mut Kernel>,
-    ) -> Result<(), HalError> {
+    fn relaunch_one(&self, g: &mut Inner, seq: Seq, kernel: Option<&mut Kernel>) -> Result<()> {
         let Some(k) = kernel else {
             g.flight.push(seq, None);
             return Ok(());
@@ -181,7 +178,7 @@ impl CudaQueue {
             Ok(slot) => slot,
             Err(e) => {
                 g.free_events.push(ev);
-                return Err(e.into());
+                return Err(e);
             }
         };
         g.flight.push(seq, slot);
@@ -250,7 +247,7 @@ mod tests {
         assert_eq!(relaunched, vec![0, 1]);
         assert_eq!(next, 14, "resumes at the kernel that failed");
         // The retry relaunches the rest, each once.
-        let r: Result<(), u32> = relaunch_stopped(
+        let r: std::result::Result<(), u32> = relaunch_stopped(
             &mut log,
             &mut next,
             |k| k.1,
@@ -267,7 +264,8 @@ mod tests {
         assert_eq!(kept, vec![10, 13], "the memset and the unguarded kernel");
         assert_eq!(next, 16);
         // A further call finds nothing left.
-        let r: Result<(), u32> = relaunch_stopped(&mut log, &mut next, |k| k.1, |_, _| Err(99));
+        let r: std::result::Result<(), u32> =
+            relaunch_stopped(&mut log, &mut next, |k| k.1, |_, _| Err(99));
         assert_eq!(r, Ok(()));
     }
 }

@@ -114,7 +114,7 @@ mod tests {
     impl TimesliceControl for Fake {
         fn set_us(&self, us: u64) -> Result<()> {
             if self.fail.load(Ordering::Relaxed) {
-                return Err(CudaError::Other("injected".into()));
+                return Err(CudaError::TimesliceRm(0x1f));
             }
             self.calls.lock().unwrap().push(us);
             Ok(())

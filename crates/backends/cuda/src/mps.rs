@@ -1,7 +1,7 @@
-//! Which sharing mode this process is in, and the level that follows from it.
+//! Which sharing mode this process is in: an MPS client shares one hardware context with other
+//! processes (stream priorities reach across them), an ordinary context is time-sliced.
 
 use crate::driver::Device;
-use xpreempt_types::Level;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Sharing {
@@ -16,25 +16,5 @@ pub fn detect(device: &Device) -> Sharing {
         Sharing::MpsClient
     } else {
         Sharing::TimeSliced
-    }
-}
-
-/// Same context or MPS → stream priorities + Lv2 guard; time-sliced across processes → Lv3.
-pub fn choose_level(sharing: Sharing, cross_process: bool) -> Level {
-    match (sharing, cross_process) {
-        (Sharing::MpsClient, _) | (_, false) => Level::Lv2,
-        (Sharing::TimeSliced, true) => Level::Lv3,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn level_follows_sharing() {
-        assert_eq!(choose_level(Sharing::MpsClient, true), Level::Lv2);
-        assert_eq!(choose_level(Sharing::TimeSliced, false), Level::Lv2);
-        assert_eq!(choose_level(Sharing::TimeSliced, true), Level::Lv3);
     }
 }

@@ -6,14 +6,12 @@
 //! fail (taking a sync event, a completion slot) happens before the launch; after it, failures
 //! are logged and a later `record_sync`/`synchronize` covers the completion.
 
-use crate::cu;
 use crate::driver::{Device, DeviceBuffer, PinnedWords};
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, Result, cu};
 use crate::flight::Flight;
 use crate::kernel::Kernel;
 use crate::lv2::Relaunch;
 use crate::lv3::Lv3Control;
-use crate::timeslice::Timeslice;
 use cudarc::driver::sys;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,18 +29,6 @@ pub struct CudaQueueConfig {
     pub slots: u32,
     /// Most completion words (blocks or items) one guarded launch may use.
     pub max_units: u32,
-}
-
-impl CudaQueueConfig {
-    /// The level from the sharing mode: same context or MPS client → Lv2 (guard + stream
-    /// priorities); time-sliced against other processes → Lv3 (timeslice), falling back to Lv2.
-    pub fn for_sharing(device: &Device, cross_process: bool) -> Self {
-        let level = crate::mps::choose_level(crate::mps::detect(device), cross_process);
-        Self {
-            level,
-            ..Self::default()
-        }
-    }
 }
 
 impl Default for CudaQueueConfig {
@@ -100,7 +86,9 @@ pub(crate) struct Inner {
     pool_warned: bool,
 }
 
-// SAFETY: CUDA handles are usable from any thread with the context current; access is locked.
+// SAFETY: the streams and events are driver handles that any thread may use once the context
+// is current there (every entry point binds it first); `Inner` owns them, and only ever moves
+// between threads inside `CudaQueue`'s mutex.
 unsafe impl Send for Inner {}
 
 pub struct CudaQueue {
@@ -115,11 +103,16 @@ pub struct CudaQueue {
     lv3: Option<Arc<Lv3Control>>,
 }
 
+// SAFETY: the mutable state sits in a Mutex (`Inner`, Send above); the rest is set in `new` and
+// only read afterwards: the control stream handle (the driver serializes work on a stream), the
+// device buffers and pinned words (owned, freed once in Drop after the streams are synchronized).
 unsafe impl Send for CudaQueue {}
+// SAFETY: as above: `&CudaQueue` mutates nothing outside the mutex.
 unsafe impl Sync for CudaQueue {}
 
 fn new_event() -> Result<sys::CUevent> {
     let mut ev: sys::CUevent = std::ptr::null_mut();
+    // SAFETY: `ev` is a live local; the caller bound the queue's context.
     cu!(cuEventCreate(
         &mut ev,
         sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
@@ -129,6 +122,7 @@ fn new_event() -> Result<sys::CUevent> {
 
 fn new_stream(priority: i32) -> Result<sys::CUstream> {
     let mut s: sys::CUstream = std::ptr::null_mut();
+    // SAFETY: `s` is a live local; the caller bound the queue's context.
     cu!(cuStreamCreateWithPriority(
         &mut s,
         sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
@@ -197,16 +191,6 @@ impl CudaQueue {
         &self.device
     }
 
-    /// The timeslice control of this process, when the shim is loaded and the driver tested.
-    pub fn timeslice(&self) -> Option<&Timeslice> {
-        self.lv3.as_deref().map(Lv3Control::control)
-    }
-
-    /// The process-wide Lv3 state this queue takes part in.
-    pub fn lv3(&self) -> Option<&Arc<Lv3Control>> {
-        self.lv3.as_ref()
-    }
-
     /// Makes the device's context current on this thread, once per thread.
     pub(crate) fn bind(&self) -> Result<()> {
         thread_local! {
@@ -242,7 +226,10 @@ impl CudaQueue {
             return Ok(());
         }
         let ev = g.move_event;
+        // SAFETY: the event and both streams are this queue's, alive until Drop; the lock is
+        // held, so no other record of `move_event` interleaves.
         cu!(cuEventRecord(ev, g.stream))?;
+        // SAFETY: as above.
         cu!(cuStreamWaitEvent(target, ev, 0))?;
         g.stream = target;
         Ok(())
@@ -268,20 +255,24 @@ impl CudaQueue {
         new_event()
     }
 
-    /// Records a sync event proving `watermark`. An error means nothing was recorded.
-    pub(crate) fn record(&self, g: &mut Inner, watermark: Seq) -> Result<()> {
+    /// Records a sync event proving `watermark` and returns it. An error means nothing was
+    /// recorded.
+    pub(crate) fn record(&self, g: &mut Inner, watermark: Seq) -> Result<sys::CUevent> {
         let ev = self.take_event(g)?;
+        // SAFETY: `ev` came from this queue's pool and is not recorded elsewhere; `g.stream` is
+        // the queue's live stream.
         if let Err(e) = cu!(cuEventRecord(ev, g.stream)) {
             g.free_events.push(ev);
             return Err(e);
         }
         g.sync.push_back((watermark, ev));
-        Ok(())
+        Ok(ev)
     }
 
     /// Records an already taken event after a launch; never fails (the launch must not be
     /// reported as failed). Without the event, a later record_sync/synchronize covers it.
     pub(crate) fn record_taken(g: &mut Inner, ev: sys::CUevent, watermark: Seq) {
+        // SAFETY: `ev` was taken from the pool by the caller; `g.stream` is live.
         match cu!(cuEventRecord(ev, g.stream)) {
             Ok(()) => g.sync.push_back((watermark, ev)),
             Err(e) => {
@@ -296,7 +287,8 @@ impl CudaQueue {
             return;
         }
         while let Some(&(mark, ev)) = g.sync.front() {
-            // SAFETY: a live event handle.
+            // SAFETY: `ev` is in `g.sync`, so it is a live event of this queue (destroyed only
+            // in Drop); the lock is held.
             let r = unsafe { sys::cuEventQuery(ev) };
             if r == sys::CUresult::CUDA_SUCCESS {
                 g.sync.pop_front();
@@ -327,6 +319,89 @@ impl HwQueue for CudaQueue {
         command: &mut Command<Kernel>,
         sync_point: bool,
     ) -> Result<(), HalError> {
+        self.launch_inner(seq, command, sync_point)
+            .map_err(|e| e.into_hal("launch"))
+    }
+
+    fn record_sync(&self) -> Result<(), HalError> {
+        self.bind().map_err(|e| e.into_hal("record_sync"))?;
+        let mut g = self.lock();
+        let tail = g.launched;
+        if g.sync.back().map(|&(m, _)| m) != Some(tail) && g.completed < tail {
+            self.record(&mut g, tail)
+                .map_err(|e| e.into_hal("record_sync"))?;
+        }
+        Ok(())
+    }
+
+    fn completed(&self) -> Seq {
+        let mut g = self.lock();
+        self.reap(&mut g);
+        g.completed
+    }
+
+    fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
+        self.synchronize_inner(upto)
+            .map_err(|e| e.into_hal("synchronize"))
+    }
+
+    fn settled(&self) -> bool {
+        let g = self.lock();
+        match g.stop {
+            Stop::Flagged | Stop::Draining => {
+                // SAFETY: `stop_event` lives until Drop; the lock is held.
+                unsafe { sys::cuEventQuery(g.stop_event) == sys::CUresult::CUDA_SUCCESS }
+            }
+            Stop::Running | Stop::Interrupted => true,
+        }
+    }
+
+    fn deactivate(&self) -> Result<(), HalError> {
+        if self.level < Level::Lv2 {
+            return Err(self.unsupported("deactivate", Level::Lv2));
+        }
+        self.lv2_deactivate().map_err(|e| e.into_hal("deactivate"))
+    }
+
+    fn reactivate(&self, log: &mut [Launched<Kernel>]) -> Result<(), HalError> {
+        self.lv2_reactivate(log)
+            .map_err(|e| e.into_hal("reactivate"))
+    }
+
+    fn interrupt(&self) -> Result<(), HalError> {
+        let Some(lv3) = &self.lv3 else {
+            return Err(self.unsupported("interrupt", Level::Lv3));
+        };
+        let mut g = self.lock();
+        if g.stop == Stop::Interrupted {
+            return Ok(()); // this queue already holds its count
+        }
+        lv3.interrupt().map_err(|e| e.into_hal("interrupt"))?;
+        g.stop = Stop::Interrupted;
+        Ok(())
+    }
+
+    fn restore(&self, _log: &mut [Launched<Kernel>]) -> Result<(), HalError> {
+        let Some(lv3) = &self.lv3 else {
+            return Err(self.unsupported("restore", Level::Lv3));
+        };
+        let mut g = self.lock();
+        if g.stop != Stop::Interrupted {
+            return Ok(()); // nothing of this queue to give back
+        }
+        lv3.restore().map_err(|e| e.into_hal("restore"))?;
+        g.stop = Stop::Running;
+        Ok(())
+    }
+}
+
+impl CudaQueue {
+    fn launch_inner(
+        &self,
+        seq: Seq,
+        command: &mut Command<Kernel>,
+        sync_point: bool,
+    ) -> Result<()> {
         self.bind()?;
         let mut g = self.lock();
         // Everything that can fail comes first: once the command is on the stream, an `Err`
@@ -342,7 +417,7 @@ impl HwQueue for CudaQueue {
                 if let Some(ev) = ev {
                     g.free_events.push(ev);
                 }
-                return Err(e.into());
+                return Err(e);
             }
         };
         g.launched = seq + 1;
@@ -353,23 +428,7 @@ impl HwQueue for CudaQueue {
         Ok(())
     }
 
-    fn record_sync(&self) -> Result<(), HalError> {
-        self.bind()?;
-        let mut g = self.lock();
-        let tail = g.launched;
-        if g.sync.back().map(|&(m, _)| m) != Some(tail) && g.completed < tail {
-            self.record(&mut g, tail)?;
-        }
-        Ok(())
-    }
-
-    fn completed(&self) -> Seq {
-        let mut g = self.lock();
-        self.reap(&mut g);
-        g.completed
-    }
-
-    fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
+    fn synchronize_inner(&self, upto: Seq) -> Result<()> {
         self.bind()?;
         loop {
             let ev = {
@@ -383,78 +442,25 @@ impl HwQueue for CudaQueue {
                     return Ok(());
                 }
                 if upto > g.launched {
-                    return Err(HalError::refused(
-                        "synchronize",
-                        CudaError::SyncBeyondLaunch {
-                            upto,
-                            launched: g.launched,
-                        },
-                    ));
+                    return Err(CudaError::SyncBeyondLaunch {
+                        upto,
+                        launched: g.launched,
+                    });
                 }
                 match g.sync.iter().find(|&&(m, _)| m >= upto) {
                     Some(&(_, ev)) => ev,
                     None => {
                         let tail = g.launched;
-                        self.record(&mut g, tail)?;
-                        g.sync.back().map(|&(_, e)| e).expect("just recorded")
+                        self.record(&mut g, tail)?
                     }
                 }
             };
-            // SAFETY: live event; waiting without holding the lock.
-            let r = unsafe { sys::cuEventSynchronize(ev) };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(CudaError::Driver {
-                    call: "cuEventSynchronize",
-                    code: r,
-                }
-                .into());
-            }
+            // SAFETY: `ev` is a pool event of this queue, destroyed only in Drop (which cannot
+            // run while `&self` is borrowed); waiting without the lock is what lets completion
+            // and other launches go on meanwhile. A concurrent reap may put the event back in the
+            // pool and a later record reuse it, which only makes this wait end later.
+            cu!(cuEventSynchronize(ev))?;
         }
-    }
-
-    fn settled(&self) -> bool {
-        let g = self.lock();
-        match g.stop {
-            Stop::Flagged | Stop::Draining => {
-                // SAFETY: live event handle.
-                unsafe { sys::cuEventQuery(g.stop_event) == sys::CUresult::CUDA_SUCCESS }
-            }
-            Stop::Running | Stop::Interrupted => true,
-        }
-    }
-
-    fn deactivate(&self) -> Result<(), HalError> {
-        self.lv2_deactivate()
-    }
-
-    fn reactivate(&self, log: &mut [Launched<Kernel>]) -> Result<(), HalError> {
-        self.lv2_reactivate(log)
-    }
-
-    fn interrupt(&self) -> Result<(), HalError> {
-        let Some(lv3) = &self.lv3 else {
-            return Err(self.unsupported("interrupt", Level::Lv3));
-        };
-        let mut g = self.lock();
-        if g.stop == Stop::Interrupted {
-            return Ok(()); // this queue already holds its count
-        }
-        lv3.interrupt()?;
-        g.stop = Stop::Interrupted;
-        Ok(())
-    }
-
-    fn restore(&self, _log: &mut [Launched<Kernel>]) -> Result<(), HalError> {
-        let Some(lv3) = &self.lv3 else {
-            return Err(self.unsupported("restore", Level::Lv3));
-        };
-        let mut g = self.lock();
-        if g.stop != Stop::Interrupted {
-            return Ok(()); // nothing of this queue to give back
-        }
-        lv3.restore()?;
-        g.stop = Stop::Running;
-        Ok(())
     }
 }
 
@@ -467,7 +473,9 @@ impl Drop for CudaQueue {
         {
             tracing::warn!(%e, "dropping an interrupted queue: Lv3 restore failed");
         }
-        // SAFETY: handles created by this queue; waits for its work first.
+        // SAFETY: every handle here was created by this queue and is destroyed once; each stream
+        // is synchronized before it is destroyed, so no work still uses the events, the flag or
+        // the completion array (freed after this, with the fields).
         unsafe {
             for &(_, s) in &g.streams {
                 let _ = sys::cuStreamSynchronize(s);

@@ -123,16 +123,11 @@ impl Timeslice {
         let r = unsafe { (self.set)(us) };
         match r {
             0 => Ok(()),
-            r if r < 0 => Err(CudaError::Other(format!(
-                "SET_TIMESLICE ioctl failed: errno {}",
-                -r
-            ))),
-            r => Err(CudaError::Other(format!("SET_TIMESLICE RM status {r:#x}"))),
+            r if r < 0 => Err(CudaError::TimesliceIoctl(
+                std::io::Error::from_raw_os_error(i32::try_from(-r).unwrap_or(i32::MAX)),
+            )),
+            r => Err(CudaError::TimesliceRm(r)),
         }
-    }
-
-    pub fn lower(&self) -> Result<()> {
-        self.set_us(MIN_TIMESLICE_US)
     }
 
     pub fn restore(&self) -> Result<()> {
@@ -140,37 +135,9 @@ impl Timeslice {
     }
 }
 
-/// Bandwidth shares onto timeslices: each context gets `share / sum` of `period_us`, at least
-/// the minimum. With time-slicing, a context's share of a busy GPU follows its timeslice.
-pub fn timeslices_for_shares(shares: &[f64], period_us: u64) -> Vec<u64> {
-    let sum: f64 = shares.iter().filter(|s| s.is_finite() && **s > 0.0).sum();
-    shares
-        .iter()
-        .map(|&s| {
-            if sum <= 0.0 || !s.is_finite() || s <= 0.0 {
-                MIN_TIMESLICE_US
-            } else {
-                ((s / sum) * period_us as f64)
-                    .round()
-                    .max(MIN_TIMESLICE_US as f64) as u64
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shares_become_timeslices() {
-        assert_eq!(timeslices_for_shares(&[3.0, 1.0], 4096), vec![3072, 1024]);
-        assert_eq!(
-            timeslices_for_shares(&[1.0, 0.0], 2048),
-            vec![2048, MIN_TIMESLICE_US]
-        );
-        assert_eq!(timeslices_for_shares(&[0.0], 2048), vec![MIN_TIMESLICE_US]);
-    }
 
     const V: &str = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AE18-09-3)  Tue Oct  7 2025\nGCC version:  gcc version 12.3.0";
 

@@ -23,9 +23,36 @@ pub(super) struct LcbeParams {
     pub(super) shim: Option<PathBuf>,
 }
 
+/// How a scenario's BE side is preempted, so that results are read for what they measure.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+enum ScenarioPath {
+    /// Through xpreempt's scheduler (LocalScheduler, a policy, the XQueue protocol).
+    #[serde(rename = "scheduler")]
+    Scheduler,
+    /// The preemption mechanism driven by the benchmark's own shared-word controller (or a
+    /// timeslice set directly), bypassing the scheduler.
+    #[serde(rename = "mechanism (bench-only controller)")]
+    Mechanism,
+    /// No xpreempt preemption: native streams, stream priorities, MPS, or a side alone.
+    #[serde(rename = "baseline")]
+    Baseline,
+}
+
+impl ScenarioPath {
+    fn label(self) -> &'static str {
+        match self {
+            ScenarioPath::Scheduler => "scheduler",
+            ScenarioPath::Mechanism => "mechanism (bench-only controller)",
+            ScenarioPath::Baseline => "baseline",
+        }
+    }
+}
+
 #[derive(Serialize, Default)]
 struct ScenarioResult {
     scenario: String,
+    /// `None` for an unknown scenario.
+    path: Option<ScenarioPath>,
     label: String,
     persistent: bool,
     block_us: f64,
@@ -155,6 +182,21 @@ fn plan(p: &LcbeParams, name: &str, greatest: i32, least: i32) -> Result<Plan> {
         }
         other => bail!("unknown scenario `{other}`"),
     })
+}
+
+/// Read off what the plan does rather than kept as a second list of names: the LC side signals
+/// the shared control word, or a timeslice is set directly, only in mechanism scenarios.
+fn path_of(plan: &Plan) -> ScenarioPath {
+    let mechanism = |be: Option<&BeSpec>, lc: Option<&LcSpec>| {
+        lc.is_some_and(|l| l.signal || l.timeslice_us.is_some())
+            || be.is_some_and(|b| b.static_timeslice_us.is_some())
+    };
+    match plan {
+        Plan::Sched(..) => ScenarioPath::Scheduler,
+        Plan::OneProc(be, lc) if mechanism(be.as_ref(), lc.as_ref()) => ScenarioPath::Mechanism,
+        Plan::TwoProc { be, lc, .. } if mechanism(Some(be), Some(lc)) => ScenarioPath::Mechanism,
+        Plan::OneProc(..) | Plan::TwoProc { .. } => ScenarioPath::Baseline,
+    }
 }
 
 pub(super) fn ctl_path(tag: &str) -> PathBuf {
@@ -302,6 +344,8 @@ pub(super) fn lcbe(
         eprintln!("scenario {name} ...");
         let mut r = ScenarioResult {
             scenario: name.into(),
+            // The path does not depend on the device's stream priorities.
+            path: plan(p, name, 0, 0).ok().as_ref().map(path_of),
             label: p.label.clone(),
             persistent: p.persistent,
             block_us: p.block_us,
@@ -387,11 +431,11 @@ pub(super) fn lcbe(
     }
     out.emit(&results, || {
         let mut t = String::from(
-            "scenario              LC p50    LC p99  p99/alone  BE/alone  suspends  error\n",
+            "scenario              LC p50    LC p99  p99/alone  BE/alone  suspends  path                               error\n",
         );
         for r in &results {
             t += &format!(
-                "{:<20} {:>8} {:>9} {:>10} {:>9} {:>9}  {}\n",
+                "{:<20} {:>8} {:>9} {:>10} {:>9} {:>9}  {:<33}  {}\n",
                 r.scenario,
                 r.lc.as_ref()
                     .map_or("-".into(), |l| format!("{:.1}", l.latency_us.p50)),
@@ -400,9 +444,57 @@ pub(super) fn lcbe(
                 r.lc_p99_norm.map_or("-".into(), |v| format!("{v:.2}")),
                 r.be_norm.map_or("-".into(), |v| format!("{v:.3}")),
                 r.be.as_ref().map_or("-".into(), |b| b.suspends.to_string()),
+                r.path.map_or("-", ScenarioPath::label),
                 r.error.as_deref().unwrap_or("")
             );
         }
         t
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> LcbeParams {
+        LcbeParams {
+            device: 0,
+            block_us: 20.0,
+            kernel_us: 1000.0,
+            persistent: false,
+            secs: 1.0,
+            label: String::new(),
+            shim: None,
+        }
+    }
+
+    #[test]
+    fn every_scenario_says_which_path_it_measures() {
+        use ScenarioPath::*;
+        let expected = [
+            ("lc-alone", Baseline),
+            ("be-alone", Baseline),
+            ("be-alone-xp", Baseline),
+            ("native-2proc", Baseline),
+            ("prio-1proc", Baseline),
+            ("mps-default", Baseline),
+            ("mps-prio", Baseline),
+            ("mps-client-prio", Baseline),
+            ("xp-lv1-1proc", Mechanism),
+            ("xp-lv2-1proc", Mechanism),
+            ("xp-mps-2proc", Mechanism),
+            ("xp-lv3-2proc", Mechanism),
+            ("xp-lv3static-2proc", Mechanism),
+            ("xp-sched-lv2-1proc", Scheduler),
+        ];
+        for (name, path) in expected {
+            let plan = plan(&params(), name, -5, 0).expect("known scenario");
+            assert_eq!(path_of(&plan), path, "{name}");
+        }
+        assert!(plan(&params(), "nope", -5, 0).is_err());
+        assert_eq!(
+            serde_json::to_string(&Mechanism).expect("json"),
+            "\"mechanism (bench-only controller)\""
+        );
+    }
 }

@@ -49,6 +49,9 @@ enum What {
         /// native-2proc, prio-1proc, xp-lv1-1proc, xp-lv2-1proc, xp-sched-lv2-1proc, xp-lv3-2proc,
         /// xp-lv3static-2proc,
         /// mps-default, mps-prio, mps-client-prio, xp-mps-2proc.
+        /// Each result's `path` says what it measures: "scheduler" (through xpreempt's
+        /// scheduler), "mechanism (bench-only controller)" (the preemption mechanism driven by
+        /// the benchmark's shared control word, bypassing the scheduler) or "baseline".
         #[arg(long)]
         scenarios: String,
         #[arg(long, default_value_t = 20.0)]

@@ -1,5 +1,9 @@
 //! A few shared words between the LC and BE sides of a benchmark, in one process or two
 //! (a file in /dev/shm mapped by both).
+//!
+//! This is the benchmark's own controller, not xpreempt's scheduler: scenarios that suspend the
+//! BE side through `lc_active` measure the preemption mechanism alone (`xpreempt bench lcbe`
+//! labels them so).
 
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
@@ -22,7 +26,10 @@ pub struct SharedControl {
     _file: std::fs::File,
 }
 
+// SAFETY: the mapping is only reached through `&Control`, whose fields are all atomics, so any
+// number of threads may share and use it; it is unmapped once, in Drop.
 unsafe impl Send for SharedControl {}
+// SAFETY: as above: `&SharedControl` hands out `&Control` only.
 unsafe impl Sync for SharedControl {}
 
 impl SharedControl {
@@ -38,8 +45,15 @@ impl SharedControl {
         let len = size_of::<Control>();
         if create {
             file.set_len(len as u64)?;
+        } else if file.metadata()?.len() < len as u64 {
+            // Mapped past its end, the missing part would fault on first use.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "control file shorter than the control block",
+            ));
         }
-        // SAFETY: maps the file read-write and shared; the length matches.
+        // SAFETY: a fresh shared mapping of `len` bytes of an open file at least that long
+        // (checked above); no pointer is passed in, and the result is checked before use.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -63,14 +77,16 @@ impl SharedControl {
 impl std::ops::Deref for SharedControl {
     type Target = Control;
     fn deref(&self) -> &Control {
-        // SAFETY: the mapping lives as long as self; the struct is all atomics (zero is valid).
+        // SAFETY: the mapping is page-aligned, `size_of::<Control>()` long and lives until Drop;
+        // `Control` is all atomics, for which any bit pattern (a zeroed new file included) is
+        // valid, and the other process only ever touches it atomically too.
         unsafe { &*self.ptr }
     }
 }
 
 impl Drop for SharedControl {
     fn drop(&mut self) {
-        // SAFETY: unmaps what open mapped.
+        // SAFETY: unmaps exactly what `open` mapped, once; no `&Control` outlives `self`.
         unsafe { libc::munmap(self.ptr.cast(), size_of::<Control>()) };
     }
 }

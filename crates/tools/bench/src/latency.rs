@@ -3,8 +3,7 @@
 //! stream of the SAME priority (so hardware priorities do not help). Measured: suspend call →
 //! probe complete (the GPU was free for the other queue), and suspend → `settled`.
 
-use crate::{Env, RawStream, Summary};
-use cudarc::driver::sys;
+use crate::{BenchError, Env, Result, Summary};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -12,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::time::{Duration, Instant};
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
 use xpreempt_core::{Command, HwQueue, Level, QueueConfig, QueueId, XQueue};
-use xpreempt_cuda::error::{CudaError, Result};
+use xpreempt_cuda::native::{Event, Stream};
 use xpreempt_cuda::queue::{CudaQueue, CudaQueueConfig};
 
 #[derive(Clone, Debug, Serialize)]
@@ -40,8 +39,9 @@ pub fn measure(
     env.device.bind()?;
     let (least, greatest) = env.device.stream_priority_range()?;
     let (be_prio, probe_prio) = if prio { (least, greatest) } else { (0, 0) };
-    let probe_stream = RawStream::new(probe_prio)?;
-    let probe = env.lc_kernel(1, 1.0);
+    let probe_stream = Stream::new(&env.device, probe_prio)?;
+    let probe_done = Event::new(&env.device)?;
+    let probe = env.lc_kernel(1, 1.0)?;
     // Idle probe time.
     let mut idle = Vec::new();
     for _ in 0..10 {
@@ -53,7 +53,7 @@ pub fn measure(
     let idle_probe_us = Summary::of(idle).p50;
     let blocks = ((kernel_us / block_us).max(1.0).round() as u32) * env.wave;
     let guarded = level == Some(Level::Lv2);
-    let k = env.spin(guarded, blocks, block_us, 0, 0);
+    let k = env.spin(guarded, blocks, block_us, 0, 0)?;
     let stop = Arc::new(AtomicBool::new(false));
     let xq: Option<Arc<SharedXQueue<CudaQueue>>> = match level {
         None => None,
@@ -68,7 +68,7 @@ pub fn measure(
                 },
             )?;
             let hw = hal.max_level();
-            let qc = QueueConfig::new(4, 2, l).map_err(|e| CudaError::Other(e.to_string()))?;
+            let qc = QueueConfig::new(4, 2, l)?;
             Some(Arc::new(SharedXQueue::new(
                 XQueue::new(QueueId(1), qc, hw),
                 hal,
@@ -88,35 +88,34 @@ pub fn measure(
                 Some(q) => {
                     let mut out = VecDeque::new();
                     while !stop.load(Relaxed) {
-                        let s = q
-                            .submit(Command::kernel(k.clone()))
-                            .map_err(|e| CudaError::Other(e.to_string()))?;
-                        out.push_back(s);
-                        if out.len() >= 4 {
-                            let s = out.pop_front().expect("non-empty");
-                            q.wait(s).map_err(|e| CudaError::Other(e.to_string()))?;
+                        out.push_back(q.submit(Command::kernel(k.clone()))?);
+                        if out.len() >= 4
+                            && let Some(s) = out.pop_front()
+                        {
+                            q.wait(s).map_err(BenchError::Wait)?;
                         }
                     }
                     q.resume().ok();
-                    q.wait_all().map_err(|e| CudaError::Other(e.to_string()))?;
+                    q.wait_all().map_err(BenchError::Wait)?;
                 }
                 None => {
-                    let s = RawStream::new(be_prio)?;
-                    let mut evs: VecDeque<sys::CUevent> = VecDeque::new();
+                    let s = Stream::new(&dev, be_prio)?;
+                    // A ring of events, one per kernel in flight, reused round after round.
+                    let mut ring: VecDeque<Event> = VecDeque::new();
+                    let mut free: Vec<Event> = Vec::new();
                     while !stop.load(Relaxed) {
                         s.launch(&k)?;
-                        let mut e: sys::CUevent = std::ptr::null_mut();
-                        xpreempt_cuda::cu!(cuEventCreate(
-                            &mut e,
-                            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
-                        ))?;
-                        s.record(e)?;
-                        evs.push_back(e);
-                        if evs.len() >= 4 {
-                            let e = evs.pop_front().expect("non-empty");
-                            xpreempt_cuda::cu!(cuEventSynchronize(e))?;
-                            // SAFETY: event created above, no longer used.
-                            unsafe { sys::cuEventDestroy_v2(e) };
+                        let e = match free.pop() {
+                            Some(e) => e,
+                            None => Event::new(&dev)?,
+                        };
+                        s.record(&e)?;
+                        ring.push_back(e);
+                        if ring.len() >= 4
+                            && let Some(e) = ring.pop_front()
+                        {
+                            e.synchronize()?;
+                            free.push(e);
                         }
                     }
                     s.sync()?;
@@ -136,23 +135,19 @@ pub fn measure(
         std::thread::sleep(Duration::from_micros(2000 + rng % 3000));
         let t0 = Instant::now();
         if let Some(q) = &xq {
-            q.suspend().map_err(|e| CudaError::Other(e.to_string()))?;
+            q.suspend()?;
         }
         probe_stream.launch(&probe)?;
-        xpreempt_cuda::cu!(cuEventRecord(probe_stream.event, probe_stream.stream))?;
-        let mut probe_done = None;
+        probe_stream.record(&probe_done)?;
+        let mut probe_lat_us = None;
         let mut settled = if level == Some(Level::Lv2) {
             None
         } else {
             Some(0.0)
         };
-        while probe_done.is_none() || settled.is_none() {
-            if probe_done.is_none() {
-                // SAFETY: live event.
-                let r = unsafe { sys::cuEventQuery(probe_stream.event) };
-                if r == sys::CUresult::CUDA_SUCCESS {
-                    probe_done = Some(t0.elapsed().as_secs_f64() * 1e6);
-                }
+        while probe_lat_us.is_none() || settled.is_none() {
+            if probe_lat_us.is_none() && probe_done.is_complete()? {
+                probe_lat_us = Some(t0.elapsed().as_secs_f64() * 1e6);
             }
             if settled.is_none()
                 && let Some(q) = &xq
@@ -161,21 +156,24 @@ pub fn measure(
                 settled = Some(t0.elapsed().as_secs_f64() * 1e6);
             }
             if t0.elapsed() > Duration::from_secs(5) {
-                return Err(CudaError::Other("probe did not complete in 5 s".into()));
+                return Err(BenchError::TimedOut {
+                    what: "the probe did not complete",
+                    secs: 5,
+                });
             }
         }
-        probe_lat.push(probe_done.unwrap_or(f64::NAN));
+        probe_lat.push(probe_lat_us.unwrap_or(f64::NAN));
         if level == Some(Level::Lv2) {
             settle.push(settled.unwrap_or(f64::NAN));
         }
         if let Some(q) = &xq {
-            q.resume().map_err(|e| CudaError::Other(e.to_string()))?;
+            q.resume()?;
         }
     }
     stop.store(true, Relaxed);
     feeder
         .join()
-        .map_err(|_| CudaError::Other("feeder panicked".into()))??;
+        .map_err(|_| BenchError::Panicked("feeder"))??;
     Ok(LatencyPoint {
         level: format!(
             "{}{}",

@@ -2,19 +2,22 @@
 //! latency-critical (LC) request loop, and the preemption-latency probe. The CLI arranges them
 //! into scenarios (one process or two, native or through xpreempt).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod control;
+pub mod error;
 pub mod latency;
 pub mod lv3probe;
 pub mod roles;
 pub mod sched;
 pub mod svg;
 
-use cudarc::driver::sys;
+pub use error::{BenchError, Result};
+
 use std::sync::Arc;
-use xpreempt_cuda::cu;
 use xpreempt_cuda::driver::{Device, DeviceBuffer};
-use xpreempt_cuda::error::Result;
 use xpreempt_cuda::kernel::Kernel;
+use xpreempt_cuda::native::Stream;
 use xpreempt_cuda::nvrtc::BenchKernels;
 
 pub const THREADS: u32 = 256;
@@ -30,75 +33,6 @@ pub struct Env {
     pub iters_per_us_light: f64,
     pub wave: u32,
     pub sink: DeviceBuffer,
-}
-
-/// A plain CUDA stream with its own events (for native baselines and LC requests).
-pub struct RawStream {
-    pub stream: sys::CUstream,
-    pub event: sys::CUevent,
-}
-
-unsafe impl Send for RawStream {}
-unsafe impl Sync for RawStream {}
-
-impl RawStream {
-    pub fn new(priority: i32) -> Result<Self> {
-        let mut stream: sys::CUstream = std::ptr::null_mut();
-        cu!(cuStreamCreateWithPriority(
-            &mut stream,
-            sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-            priority
-        ))?;
-        let mut event: sys::CUevent = std::ptr::null_mut();
-        cu!(cuEventCreate(&mut event, 0))?;
-        Ok(Self { stream, event })
-    }
-
-    /// Launches a kernel whose arguments already include any guard parameters.
-    pub fn launch(&self, k: &Kernel) -> Result<()> {
-        xpreempt_cuda::launch::launch_on(self.stream, k, &mut [])
-    }
-
-    pub(crate) fn record(&self, ev: sys::CUevent) -> Result<()> {
-        cu!(cuEventRecord(ev, self.stream))
-    }
-
-    /// Launches, then waits for everything on the stream (spinning).
-    pub fn sync(&self) -> Result<()> {
-        cu!(cuEventRecord(self.event, self.stream))?;
-        cu!(cuEventSynchronize(self.event))
-    }
-
-    /// Times `f`'s launches on this stream with events, in µs.
-    pub fn time_us(&self, f: impl FnOnce(&Self) -> Result<()>) -> Result<f64> {
-        let mut a: sys::CUevent = std::ptr::null_mut();
-        let mut b: sys::CUevent = std::ptr::null_mut();
-        cu!(cuEventCreate(&mut a, 0))?;
-        cu!(cuEventCreate(&mut b, 0))?;
-        cu!(cuEventRecord(a, self.stream))?;
-        f(self)?;
-        cu!(cuEventRecord(b, self.stream))?;
-        cu!(cuEventSynchronize(b))?;
-        let mut ms = 0f32;
-        cu!(cuEventElapsedTime_v2(&mut ms, a, b))?;
-        // SAFETY: events created above.
-        unsafe {
-            sys::cuEventDestroy_v2(a);
-            sys::cuEventDestroy_v2(b);
-        }
-        Ok(ms as f64 * 1000.0)
-    }
-}
-
-impl Drop for RawStream {
-    fn drop(&mut self) {
-        // SAFETY: handles created in new.
-        unsafe {
-            let _ = sys::cuStreamSynchronize(self.stream);
-            let _ = sys::cuEventDestroy_v2(self.event);
-            let _ = sys::cuStreamDestroy_v2(self.stream);
-        }
-    }
 }
 
 impl Env {
@@ -120,14 +54,14 @@ impl Env {
     }
 
     fn calibrate(&mut self) -> Result<()> {
-        let s = RawStream::new(0)?;
+        let s = Stream::new(&self.device, 0)?;
         let iters = 20_000u32;
         let mut full = 0.0;
         let mut light = 0.0;
         for _ in 0..3 {
-            let kf = with_iters(self.spin(false, self.wave, 0.0, 0, 0), iters);
+            let kf = with_iters(self.spin(false, self.wave, 0.0, 0, 0)?, iters);
             full = s.time_us(|s| s.launch(&kf))?;
-            let kl = with_iters(self.spin(false, 4, 0.0, 0, 0), iters);
+            let kl = with_iters(self.spin(false, 4, 0.0, 0, 0)?, iters);
             light = s.time_us(|s| s.launch(&kl))?;
         }
         self.iters_per_us_full = iters as f64 / full.max(1.0);
@@ -148,17 +82,17 @@ impl Env {
         block_us: f64,
         counts: u64,
         total: u64,
-    ) -> Kernel {
+    ) -> Result<Kernel> {
         let iters = (block_us * self.iters_per_us_full).max(1.0) as u64;
         let grid = [blocks, 1, 1];
         let block = [THREADS, 1, 1];
-        if guarded {
+        Ok(if guarded {
             Kernel::new(
                 self.k.spin_guarded,
                 grid,
                 block,
                 &[iters, counts, total, self.sink.ptr],
-            )
+            )?
             .guarded()
         } else {
             Kernel::new(
@@ -166,19 +100,19 @@ impl Env {
                 grid,
                 block,
                 &[0, 0, 0, iters, counts, total, self.sink.ptr],
-            )
-        }
+            )?
+        })
     }
 
     /// A short LC kernel: `blocks` blocks of about `us` each on an otherwise idle GPU.
-    pub fn lc_kernel(&self, blocks: u32, us: f64) -> Kernel {
+    pub fn lc_kernel(&self, blocks: u32, us: f64) -> Result<Kernel> {
         let iters = (us * self.iters_per_us_light).max(1.0) as u64;
-        Kernel::new(
+        Ok(Kernel::new(
             self.k.spin_plain,
             [blocks, 1, 1],
             [THREADS, 1, 1],
             &[0, 0, 0, iters, 0, 0, self.sink.ptr],
-        )
+        )?)
     }
 
     /// A persistent kernel: one wave looping over `items` items of about `item_us` each.
@@ -189,17 +123,17 @@ impl Env {
         item_us: f64,
         counts: u64,
         total: u64,
-    ) -> Kernel {
+    ) -> Result<Kernel> {
         let iters = (item_us * self.iters_per_us_full).max(1.0) as u64;
         let grid = [self.wave, 1, 1];
         let block = [THREADS, 1, 1];
-        if guarded {
+        Ok(if guarded {
             Kernel::new(
                 self.k.persistent_guarded,
                 grid,
                 block,
                 &[items as u64, iters, counts, total, self.sink.ptr],
-            )
+            )?
             .guarded_items(items)
         } else {
             Kernel::new(
@@ -207,8 +141,8 @@ impl Env {
                 grid,
                 block,
                 &[0, 0, 0, items as u64, iters, counts, total, self.sink.ptr],
-            )
-        }
+            )?
+        })
     }
 }
 

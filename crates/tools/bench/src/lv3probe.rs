@@ -2,12 +2,10 @@
 //! process competes with a saturating BE process; its progress rate is read from host-mapped
 //! memory in three windows: default timeslice, own timeslice at the minimum, restored.
 
-use crate::Env;
-use cudarc::driver::sys;
+use crate::{BenchError, Env, Result};
 use serde::Serialize;
 use std::time::{Duration, Instant};
-use xpreempt_cuda::cu;
-use xpreempt_cuda::error::{CudaError, Result};
+use xpreempt_cuda::native::{HostWord, Stream};
 use xpreempt_cuda::timeslice::Timeslice;
 
 #[derive(Clone, Debug, Serialize)]
@@ -30,15 +28,10 @@ pub struct Lv3Probe {
 /// Runs the probe; the competing process must already be busy.
 pub fn probe(env: &Env, window_ms: u64) -> Result<Lv3Probe> {
     env.device.bind()?;
-    let ts = Timeslice::probe().map_err(|e| CudaError::Other(format!("Lv3 unavailable: {e}")))?;
-    let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
-    cu!(cuMemHostAlloc(&mut host, 8, 0x02))?; // DEVICEMAP
-    let mut dptr: sys::CUdeviceptr = 0;
-    cu!(cuMemHostGetDevicePointer_v2(&mut dptr, host, 0))?;
-    let progress = host.cast::<u64>();
-    // SAFETY: 8 bytes of pinned memory.
-    unsafe { progress.write_volatile(0) };
-    let s = super::RawStream::new(0)?;
+    let ts = Timeslice::probe()?;
+    // Read from the host while the kernel runs: a copy would queue behind the kernel itself.
+    let progress = HostWord::new(&env.device)?;
+    let s = Stream::new(&env.device, 0)?;
     // ~ (3 windows + margin) of ~20 µs steps on one block.
     let steps = window_ms * 4 * 1000 / 20;
     let iters = (20.0 * env.iters_per_us_light) as u64;
@@ -46,14 +39,17 @@ pub fn probe(env: &Env, window_ms: u64) -> Result<Lv3Probe> {
         env.k.progress,
         [1, 1, 1],
         [32, 1, 1],
-        &[steps, iters, dptr, env.sink.ptr],
-    );
+        &[steps, iters, progress.device_ptr(), env.sink.ptr],
+    )?;
     s.launch(&k)?;
-    let read = || unsafe { progress.read_volatile() };
+    let read = || progress.load();
     let t = Instant::now();
     while read() == 0 {
         if t.elapsed() > Duration::from_secs(10) {
-            return Err(CudaError::Other("progress kernel never ran".into()));
+            return Err(BenchError::TimedOut {
+                what: "the progress kernel did not start",
+                secs: 10,
+            });
         }
     }
     let mut windows = Vec::new();
@@ -87,8 +83,9 @@ pub fn probe(env: &Env, window_ms: u64) -> Result<Lv3Probe> {
         });
     }
     ts.restore().ok();
-    // The kernel runs on; do not wait for it (the caller exits, which tears the context down).
-    let _ = s;
+    // Dropping the stream waits for the rest of the kernel (sized to about four windows, three
+    // of which have passed); only then does `progress`, which it writes, go.
+    drop(s);
     Ok(Lv3Probe {
         windows,
         driver: ts.driver.clone(),

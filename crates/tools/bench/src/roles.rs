@@ -2,8 +2,7 @@
 //! process; they meet through [`Control`].
 
 use crate::control::Control;
-use crate::{Env, RawStream, Summary};
-use cudarc::driver::sys;
+use crate::{BenchError, Env, Result, Summary};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -11,8 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
 use xpreempt_core::{Command, Level, QueueConfig, QueueId, XQueue};
-use xpreempt_cuda::cu;
-use xpreempt_cuda::error::{CudaError, Result};
+use xpreempt_cuda::native::{Event, Stream};
 use xpreempt_cuda::queue::{CudaQueue, CudaQueueConfig};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -70,20 +68,18 @@ pub struct LcResult {
     pub timeslice_set: Option<String>,
 }
 
-pub(crate) fn be_kernel(env: &Env, spec: &BeSpec, guarded: bool) -> (xpreempt_cuda::Kernel, u64) {
-    if spec.persistent {
-        let items = ((spec.kernel_us / spec.block_us).max(1.0) as u32) * env.wave;
-        (
-            env.persistent(guarded, items, spec.block_us, 0, 0),
-            items as u64,
-        )
+pub(crate) fn be_kernel(
+    env: &Env,
+    spec: &BeSpec,
+    guarded: bool,
+) -> Result<(xpreempt_cuda::Kernel, u64)> {
+    let units = ((spec.kernel_us / spec.block_us).max(1.0) as u32) * env.wave;
+    let k = if spec.persistent {
+        env.persistent(guarded, units, spec.block_us, 0, 0)?
     } else {
-        let blocks = ((spec.kernel_us / spec.block_us).max(1.0) as u32) * env.wave;
-        (
-            env.spin(guarded, blocks, spec.block_us, 0, 0),
-            blocks as u64,
-        )
-    }
+        env.spin(guarded, units, spec.block_us, 0, 0)?
+    };
+    Ok((k, units as u64))
 }
 
 /// Records units done at the LC side's phase changes.
@@ -94,18 +90,17 @@ struct Meter {
 /// Runs the BE loop until the LC side says done (phase 2) or `max_secs`.
 pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
     env.device.bind()?;
-    let meter = Arc::new(Meter {
+    let meter = Meter {
         units: AtomicU64::new(0),
-    });
-    let stop = Arc::new(AtomicBool::new(false));
+    };
+    let stop = AtomicBool::new(false);
     let deadline = Instant::now() + Duration::from_secs_f64(spec.max_secs);
     let mut result = BeResult::default();
 
     // Lv3 with a fixed share: this process's timeslice stays low for the whole run.
     let static_ts = match spec.static_timeslice_us {
         Some(us) => {
-            let t = xpreempt_cuda::timeslice::Timeslice::probe()
-                .map_err(|e| CudaError::Other(e.to_string()))?;
+            let t = xpreempt_cuda::timeslice::Timeslice::probe()?;
             t.set_us(us)?;
             result.level_used = Some(format!("lv3-static {us} us"));
             Some(t)
@@ -124,8 +119,7 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
             };
             let hal = CudaQueue::new(env.device.clone(), cfg)?;
             result.level_used = Some(hal_level(&hal).to_string());
-            let qc = QueueConfig::new(spec.threshold, spec.batch, level)
-                .map_err(|e| CudaError::Other(e.to_string()))?;
+            let qc = QueueConfig::new(spec.threshold, spec.batch, level)?;
             let hw = xpreempt_core::HwQueue::max_level(&hal);
             Some(Arc::new(SharedXQueue::new(
                 XQueue::new(QueueId(1), qc, hw),
@@ -135,82 +129,32 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
         }
     };
 
-    // The poller: applies suspend/resume (xpreempt modes) and meters the measuring window.
-    let poller = {
-        let xq = xq.clone();
-        let meter = meter.clone();
-        let stop = stop.clone();
-        let ctl_ptr = ctl as *const Control as usize;
-        std::thread::spawn(move || -> (f64, u64) {
-            // SAFETY: the Control outlives this thread (joined below).
-            let ctl = unsafe { &*(ctl_ptr as *const Control) };
-            let mut suspended = false;
-            let mut suspends = 0u64;
-            let mut t1: Option<(Instant, u64)> = None;
-            let mut rate = 0.0;
-            while !stop.load(Relaxed) {
-                if let Some(q) = &xq {
-                    let want = ctl.lc_active.load(Acquire) != 0;
-                    if want && !suspended {
-                        if let Err(e) = q.suspend() {
-                            tracing::warn!(%e, "suspend");
-                        }
-                        suspended = true;
-                        suspends += 1;
-                        ctl.be_suspended.store(1, Release);
-                    } else if !want && suspended {
-                        if let Err(e) = q.resume() {
-                            tracing::warn!(%e, "resume");
-                        }
-                        suspended = false;
-                        ctl.be_suspended.store(0, Release);
-                    }
-                }
-                match (ctl.phase.load(Acquire), t1) {
-                    (1, None) => t1 = Some((Instant::now(), meter.units.load(Relaxed))),
-                    (2, Some((t, u))) if rate == 0.0 => {
-                        let du = meter.units.load(Relaxed) - u;
-                        rate = du as f64 / t.elapsed().as_secs_f64();
-                        stop.store(true, Relaxed);
-                    }
-                    (2, None) => stop.store(true, Relaxed),
-                    _ => {}
-                }
-                std::hint::spin_loop();
-            }
-            if suspended && let Some(q) = &xq {
-                let _ = q.resume();
-            }
-            (rate, suspends)
-        })
-    };
-
     let started = Instant::now();
     let mut kernels = 0u64;
-    let run = (|| -> Result<()> {
+    let mut feed = || -> Result<()> {
         match &xq {
             None => {
-                let s = RawStream::new(spec.stream_priority)?;
-                let (k, units) = be_kernel(env, spec, false);
-                let mut ring: VecDeque<sys::CUevent> = VecDeque::new();
-                let mut free: Vec<sys::CUevent> = Vec::new();
-                for _ in 0..spec.window + 1 {
-                    let mut e: sys::CUevent = std::ptr::null_mut();
-                    cu!(cuEventCreate(
-                        &mut e,
-                        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
-                    ))?;
-                    free.push(e);
-                }
+                let s = Stream::new(&env.device, spec.stream_priority)?;
+                let (k, units) = be_kernel(env, spec, false)?;
+                // One event per kernel in flight, created up front so that the loop only
+                // launches, records and waits.
+                let mut free = (0..spec.window + 1)
+                    .map(|_| Event::new(&env.device))
+                    .collect::<Result<Vec<Event>, _>>()?;
+                let mut ring: VecDeque<Event> = VecDeque::new();
                 while !stop.load(Relaxed) && Instant::now() < deadline {
                     s.launch(&k)?;
-                    let e = free.pop().expect("ring sized to the window");
-                    s.record(e)?;
+                    let e = match free.pop() {
+                        Some(e) => e,
+                        None => Event::new(&env.device)?,
+                    };
+                    s.record(&e)?;
                     ring.push_back(e);
                     ctl.be_ready.store(1, Release);
-                    if ring.len() >= spec.window {
-                        let e = ring.pop_front().expect("non-empty");
-                        cu!(cuEventSynchronize(e))?;
+                    if ring.len() >= spec.window
+                        && let Some(e) = ring.pop_front()
+                    {
+                        e.synchronize()?;
                         free.push(e);
                         kernels += 1;
                         meter.units.fetch_add(units, Relaxed);
@@ -219,17 +163,15 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
                 s.sync()?;
             }
             Some(q) => {
-                let (k, units) = be_kernel(env, spec, spec.guarded);
+                let (k, units) = be_kernel(env, spec, spec.guarded)?;
                 let mut outstanding: VecDeque<u64> = VecDeque::new();
                 while !stop.load(Relaxed) && Instant::now() < deadline {
-                    let seq = q
-                        .submit(Command::kernel(k.clone()))
-                        .map_err(|e| CudaError::Other(e.to_string()))?;
-                    outstanding.push_back(seq);
+                    outstanding.push_back(q.submit(Command::kernel(k.clone()))?);
                     ctl.be_ready.store(1, Release);
-                    if outstanding.len() >= spec.window {
-                        let s = outstanding.pop_front().expect("non-empty");
-                        q.wait(s).map_err(|e| CudaError::Other(e.to_string()))?;
+                    if outstanding.len() >= spec.window
+                        && let Some(s) = outstanding.pop_front()
+                    {
+                        q.wait(s).map_err(BenchError::Wait)?;
                         kernels += 1;
                         meter.units.fetch_add(units, Relaxed);
                     }
@@ -238,13 +180,17 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
                 // Let the poller resume us before draining.
                 std::thread::sleep(Duration::from_millis(2));
                 q.resume().ok();
-                q.wait_all().map_err(|e| CudaError::Other(e.to_string()))?;
+                q.wait_all().map_err(BenchError::Wait)?;
             }
         }
         Ok(())
-    })();
-    stop.store(true, Relaxed);
-    let (rate, suspends) = poller.join().unwrap_or((0.0, 0));
+    };
+    let (run, (rate, suspends)) = std::thread::scope(|sc| {
+        let poller = sc.spawn(|| poll(ctl, xq.as_deref(), &meter, &stop));
+        let run = feed();
+        stop.store(true, Relaxed);
+        (run, poller.join().unwrap_or((0.0, 0)))
+    });
     run?;
     result.units_per_s = if rate > 0.0 {
         rate
@@ -267,6 +213,54 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
     Ok(result)
 }
 
+/// The BE side's poller: applies suspend/resume (xpreempt modes) as the LC side asks through
+/// `ctl`, and meters the measuring window. Returns (units per second, suspensions).
+fn poll(
+    ctl: &Control,
+    xq: Option<&SharedXQueue<CudaQueue>>,
+    meter: &Meter,
+    stop: &AtomicBool,
+) -> (f64, u64) {
+    let mut suspended = false;
+    let mut suspends = 0u64;
+    let mut t1: Option<(Instant, u64)> = None;
+    let mut rate = 0.0;
+    while !stop.load(Relaxed) {
+        if let Some(q) = xq {
+            let want = ctl.lc_active.load(Acquire) != 0;
+            if want && !suspended {
+                if let Err(e) = q.suspend() {
+                    tracing::warn!(%e, "suspend");
+                }
+                suspended = true;
+                suspends += 1;
+                ctl.be_suspended.store(1, Release);
+            } else if !want && suspended {
+                if let Err(e) = q.resume() {
+                    tracing::warn!(%e, "resume");
+                }
+                suspended = false;
+                ctl.be_suspended.store(0, Release);
+            }
+        }
+        match (ctl.phase.load(Acquire), t1) {
+            (1, None) => t1 = Some((Instant::now(), meter.units.load(Relaxed))),
+            (2, Some((t, u))) if rate == 0.0 => {
+                let du = meter.units.load(Relaxed) - u;
+                rate = du as f64 / t.elapsed().as_secs_f64();
+                stop.store(true, Relaxed);
+            }
+            (2, None) => stop.store(true, Relaxed),
+            _ => {}
+        }
+        std::hint::spin_loop();
+    }
+    if suspended && let Some(q) = xq {
+        let _ = q.resume();
+    }
+    (rate, suspends)
+}
+
 fn hal_level(h: &CudaQueue) -> Level {
     xpreempt_core::HwQueue::max_level(h)
 }
@@ -274,8 +268,8 @@ fn hal_level(h: &CudaQueue) -> Level {
 /// Runs the LC request loop; waits for the BE side first unless alone.
 pub fn run_lc(env: &Env, spec: &LcSpec, ctl: &Control) -> Result<LcResult> {
     env.device.bind()?;
-    let s = RawStream::new(spec.stream_priority)?;
-    let k = env.lc_kernel(spec.blocks, spec.kernel_us);
+    let s = Stream::new(&env.device, spec.stream_priority)?;
+    let k = env.lc_kernel(spec.blocks, spec.kernel_us)?;
     let mut res = LcResult::default();
     let ts = match spec.timeslice_us {
         Some(us) => match xpreempt_cuda::timeslice::Timeslice::probe() {
@@ -305,7 +299,10 @@ pub fn run_lc(env: &Env, spec: &LcSpec, ctl: &Control) -> Result<LcResult> {
         let t = Instant::now();
         while ctl.be_ready.load(Acquire) == 0 {
             if t.elapsed() > Duration::from_secs(30) {
-                return Err(CudaError::Other("BE side never started".into()));
+                return Err(BenchError::TimedOut {
+                    what: "the BE side did not start",
+                    secs: 30,
+                });
             }
             std::thread::sleep(Duration::from_millis(1));
         }

@@ -2,9 +2,8 @@
 //! registered with the HPF policy on its own thread; the LC queue's Ready/Idle reports make the
 //! scheduler suspend and resume the BE queue (Lv2 guard), with stream priorities underneath.
 
-use crate::Env;
-use crate::Summary;
 use crate::roles::{BeResult, BeSpec, LcResult, LcSpec};
+use crate::{BenchError, Env, Result, Summary};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
@@ -13,12 +12,7 @@ use xpreempt_core::sched::local::LocalScheduler;
 use xpreempt_core::sched::{QueueInfo, Scheduler};
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
 use xpreempt_core::{Command, HwQueue, Level, QueueConfig, QueueId, XQueue, policy};
-use xpreempt_cuda::error::{CudaError, Result};
 use xpreempt_cuda::queue::{CudaQueue, CudaQueueConfig};
-
-fn err(e: impl std::fmt::Display) -> CudaError {
-    CudaError::Other(e.to_string())
-}
 
 pub fn run_sched_pair(
     env: &Env,
@@ -27,8 +21,8 @@ pub fn run_sched_pair(
     policy_name: &str,
 ) -> Result<(LcResult, BeResult)> {
     env.device.bind()?;
-    let sched = LocalScheduler::start(Scheduler::new(policy::by_name(policy_name).map_err(err)?))
-        .map_err(err)?;
+    let sched = LocalScheduler::start(Scheduler::new(policy::by_name(policy_name)?))
+        .map_err(BenchError::SchedulerStart)?;
     let make = |id: u32,
                 prio: i32,
                 level: Level,
@@ -43,19 +37,17 @@ pub fn run_sched_pair(
                 max_units: 1 << 21,
             },
         )?;
-        let qc = QueueConfig::new(be.threshold, be.batch, level).map_err(err)?;
+        let qc = QueueConfig::new(be.threshold, be.batch, level)?;
         let hw = hal.max_level();
         let q = Arc::new(SharedXQueue::new(
             XQueue::new(QueueId(id), qc, hw),
             hal,
             Some(sched.sink()),
         ));
-        sched
-            .register(
-                QueueInfo::new(QueueId(id), prio),
-                q.clone() as Arc<dyn Preemptible>,
-            )
-            .map_err(err)?;
+        sched.register(
+            QueueInfo::new(QueueId(id), prio),
+            q.clone() as Arc<dyn Preemptible>,
+        )?;
         Ok(q)
     };
     let be_q = make(0, 0, be.level.unwrap_or(Level::Lv2), be.stream_priority)?;
@@ -64,7 +56,7 @@ pub fn run_sched_pair(
     let stop = Arc::new(AtomicBool::new(false));
     let be_thread = {
         let (q, units_done, stop) = (be_q.clone(), units_done.clone(), stop.clone());
-        let (k, units) = super::roles::be_kernel(env, be, be.guarded);
+        let (k, units) = super::roles::be_kernel(env, be, be.guarded)?;
         let dev = env.device.clone();
         let window = be.window;
         std::thread::spawn(move || -> Result<u64> {
@@ -72,21 +64,23 @@ pub fn run_sched_pair(
             let mut out = VecDeque::new();
             let mut kernels = 0;
             while !stop.load(Relaxed) {
-                out.push_back(q.submit(Command::kernel(k.clone())).map_err(err)?);
-                if out.len() >= window {
-                    q.wait(out.pop_front().expect("non-empty")).map_err(err)?;
+                out.push_back(q.submit(Command::kernel(k.clone()))?);
+                if out.len() >= window
+                    && let Some(s) = out.pop_front()
+                {
+                    q.wait(s).map_err(BenchError::Wait)?;
                     kernels += 1;
                     units_done.fetch_add(units, Relaxed);
                 }
             }
-            q.wait_all().map_err(err)?;
+            q.wait_all().map_err(BenchError::Wait)?;
             Ok(kernels)
         })
     };
-    let k = env.lc_kernel(lc.blocks, lc.kernel_us);
+    let k = env.lc_kernel(lc.blocks, lc.kernel_us)?;
     for _ in 0..5 {
-        let s = lc_q.submit(Command::kernel(k.clone())).map_err(err)?;
-        lc_q.wait(s).map_err(err)?;
+        let s = lc_q.submit(Command::kernel(k.clone()))?;
+        lc_q.wait(s).map_err(BenchError::Wait)?;
     }
     std::thread::sleep(Duration::from_millis(200));
     let (t_start, u_start) = (Instant::now(), units_done.load(Relaxed));
@@ -103,14 +97,14 @@ pub fn run_sched_pair(
         let t0 = Instant::now();
         let mut last = 0;
         for _ in 0..lc.kernels {
-            last = lc_q.submit(Command::kernel(k.clone())).map_err(err)?;
+            last = lc_q.submit(Command::kernel(k.clone()))?;
         }
-        lc_q.wait(last).map_err(err)?;
+        lc_q.wait(last).map_err(BenchError::Wait)?;
         lat.push(t0.elapsed().as_secs_f64() * 1e6);
     }
     let rate = (units_done.load(Relaxed) - u_start) as f64 / t_start.elapsed().as_secs_f64();
     stop.store(true, Relaxed);
-    let kernels = be_thread.join().map_err(|_| err("BE thread panicked"))??;
+    let kernels = be_thread.join().map_err(|_| BenchError::Panicked("BE"))??;
     let st = be_q.stats();
     let be_r = BeResult {
         units_per_s: rate,

@@ -88,7 +88,8 @@ fn exactly_once_on(ordinal: i32, level: Level, persistent: bool, n: u32) {
             e.persistent(guarded, blocks, 5.0, c, 0)
         } else {
             e.spin(guarded, blocks, 5.0, c, 0)
-        };
+        }
+        .expect("kernel");
         q.submit_with_retry(Command::kernel(k), Duration::from_secs(5))
             .expect("submit");
         if i % 7 == 3 {
@@ -157,8 +158,8 @@ fn lv2_relaunch_skips_finished_blocks() {
     let blocks = 40 * e.wave; // ~40 waves of 50 us: ~2 ms
     let counts = DeviceBuffer::zeroed(blocks as usize * 4).expect("alloc");
     e.device.bind().expect("bind");
-    q.submit(Command::kernel(e.spin(true, blocks, 50.0, counts.ptr, 0)))
-        .expect("submit");
+    let k = e.spin(true, blocks, 50.0, counts.ptr, 0).expect("kernel");
+    q.submit(Command::kernel(k)).expect("submit");
     std::thread::sleep(Duration::from_micros(700));
     q.suspend().expect("suspend");
     let t = Instant::now();
@@ -254,15 +255,16 @@ fn order_kept_across_stream_priority_changes() {
     for i in 0..n {
         if i % 3 == 0 {
             // A slow kernel now and then, so that later stamps would overtake it if order broke.
-            q.submit(Command::kernel(e.spin(false, e.wave, 30.0, 0, 0)))
-                .expect("spin");
+            let slow = e.spin(false, e.wave, 30.0, 0, 0).expect("kernel");
+            q.submit(Command::kernel(slow)).expect("spin");
         }
         let k = xpreempt_cuda::Kernel::new(
             e.k.stamp,
             [1, 1, 1],
             [32, 1, 1],
             &[counter.ptr, out.ptr, i as u64],
-        );
+        )
+        .expect("kernel");
         q.submit(Command::kernel(k)).expect("stamp");
         if i % 10 == 9 {
             rng ^= rng << 13;

@@ -1,0 +1,44 @@
+//! Errors of the benchmark workloads.
+
+use thiserror::Error;
+use xpreempt_core::HalError;
+use xpreempt_core::policy::UnknownPolicy;
+use xpreempt_core::sched::SchedError;
+use xpreempt_core::xqueue::threaded::TrySubmitError;
+use xpreempt_core::xqueue::{ConfigError, QueueOpError};
+use xpreempt_cuda::error::CudaError;
+use xpreempt_cuda::timeslice::Lv3Unavailable;
+
+#[derive(Debug, Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    #[error("invalid queue configuration")]
+    QueueConfig(#[from] ConfigError),
+    #[error("submitting to the XQueue failed")]
+    Submit(#[source] Box<TrySubmitError<xpreempt_cuda::Kernel>>),
+    #[error("waiting for the XQueue failed")]
+    Wait(#[source] HalError),
+    #[error("suspending or resuming the XQueue failed")]
+    Preempt(#[from] QueueOpError),
+    #[error(transparent)]
+    Policy(#[from] UnknownPolicy),
+    #[error("the local scheduler's thread did not start")]
+    SchedulerStart(#[source] std::io::Error),
+    #[error("registering with the local scheduler failed")]
+    Register(#[from] SchedError),
+    #[error("Lv3 (channel-group timeslice) is unavailable")]
+    Lv3(#[from] Lv3Unavailable),
+    #[error("the {0} thread panicked")]
+    Panicked(&'static str),
+    #[error("{what} within {secs} s")]
+    TimedOut { what: &'static str, secs: u64 },
+}
+
+impl From<TrySubmitError<xpreempt_cuda::Kernel>> for BenchError {
+    fn from(e: TrySubmitError<xpreempt_cuda::Kernel>) -> Self {
+        BenchError::Submit(Box::new(e))
+    }
+}
+
+pub type Result<T, E = BenchError> = std::result::Result<T, E>;
