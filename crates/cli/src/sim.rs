@@ -1,6 +1,8 @@
 //! `xpreempt sim [SCENARIO]`: the AMD queue-hardware model under five modes side by side.
+//! A mode that fails its checks (not exactly-once, gave up, a task left without a result)
+//! is listed with its problems and makes the exit status 3.
 
-use crate::output::Output;
+use crate::output::{ChecksFailed, Output};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -10,6 +12,11 @@ use xpreempt_sim::runner::{self, Mode, RunOptions};
 use xpreempt_sim::scenario::Scenario;
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when every mode ran every kernel exactly once and every \
+task completed all its requests; 3 when the simulation ran but a mode failed those checks (its \
+problems are listed under the table and in the JSON); 1 for any other error."
+)]
 pub struct Args {
     /// Scenario file (TOML); the built-in train-vs-infer scenario when omitted.
     scenario: Option<PathBuf>,
@@ -77,12 +84,25 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         std::fs::write(path, serde_json::to_vec(&doc)?)
             .with_context(|| format!("writing trace {}", path.display()))?;
     }
-    for r in &runs {
-        for p in &r.problems {
-            tracing::warn!(mode = %r.mode, "{p}");
-        }
+    out.emit(&rep, || report::table(&rep) + &report::monitor_lines(&runs))?;
+    checks_passed(&rep)
+}
+
+/// A run that gave up, ran a kernel twice or left a task without a result is a failure,
+/// printed in the table or JSON above and in the exit status, never only in a log line.
+fn checks_passed(rep: &report::SimReport) -> Result<()> {
+    let failures = rep.failures();
+    let Some(first) = failures.first() else {
+        return Ok(());
+    };
+    let more = match failures.len() - 1 {
+        0 => String::new(),
+        n => format!(" (and {n} more problems, listed above)"),
+    };
+    Err(ChecksFailed {
+        summary: format!("scenario {}: {first}{more}", rep.scenario),
     }
-    out.emit(&rep, || report::table(&rep) + &report::monitor_lines(&runs))
+    .into())
 }
 
 #[derive(Serialize)]

@@ -41,6 +41,7 @@ fn sim_json_has_the_promised_shape_and_repeats_byte_for_byte() {
                 "mode",
                 "preempt_latency_us",
                 "preemptions",
+                "problems",
                 "resumes",
                 "tasks"
             ]
@@ -50,6 +51,7 @@ fn sim_json_has_the_promised_shape_and_repeats_byte_for_byte() {
                 && m["preempt_latency_us"].get("p99").is_some()
         );
         assert_eq!(m["exactly_once"], true);
+        assert_eq!(m["problems"], serde_json::json!([]));
         for t in m["tasks"].as_array().unwrap() {
             assert!(t["name"].is_string() && t["priority"].is_i64() && t["latency_us"].is_f64());
         }
@@ -118,4 +120,50 @@ fn bench_reports_workgroups_per_second() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["total_workgroups_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(v["modes"].as_array().unwrap().len(), 5);
+}
+
+/// Scheme A drains with a 100 µs unmap fence while 3 ms workgroups run: the HWS hangs.
+const HANG: &str = "name = \"hang\"\n[gpu]\nunmap_timeout_us = 100.0\n\
+    [scheme_a]\ncheck_interval_us = 1000.0\nmode = \"drain\"\n\
+    [[tasks]]\nname = \"train\"\npriority = 1\nkernels = 4\n\
+    kernel = { workgroups = 2560, wg_us = 3000.0 }\n\
+    [[tasks]]\nname = \"infer\"\npriority = 9\nkernels = 2\n\
+    kernel = { workgroups = 10, wg_us = 100.0 }\narrival = { at_us = 500.0 }\n";
+
+#[test]
+fn a_mode_that_fails_its_checks_fails_the_command() {
+    let dir = tmp("fails");
+    let file = dir.join("hang.toml");
+    std::fs::write(&file, HANG).unwrap();
+    let o = xpreempt_in(&dir, &["--log", "off", "sim", file.to_str().unwrap()]);
+    let (table, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(3), "{table}\n{err}");
+    assert!(err.contains("scheme-a") && err.contains("hung"), "{err}");
+    assert!(
+        table.contains("PROBLEM scheme-a: work still outstanding"),
+        "{table}"
+    );
+    // The task that completed nothing shows no latency rather than 0.000.
+    let train = table.lines().find(|l| l.starts_with("scheme-a")).unwrap();
+    assert!(!train.contains("0.000") && train.contains(" - "), "{train}");
+    let o = xpreempt_in(
+        &dir,
+        &["--log", "off", "--json", "sim", file.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let a = v["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mode"] == "scheme-a")
+        .unwrap();
+    assert_eq!(a["exactly_once"], false);
+    assert!(a["problems"].as_array().unwrap().len() >= 3, "{a}");
+    assert!(a["tasks"][0]["latency_us"].is_null(), "{a}");
+    let none = &v["modes"][0];
+    assert_eq!(none["problems"], serde_json::json!([]));
 }

@@ -11,6 +11,25 @@ use xpreempt_core::{Nanos, Priority};
 pub struct SimReport {
     pub scenario: String,
     pub modes: Vec<ModeReport>,
+    /// What went wrong in the standalone runs (each task alone), which every "x alone"
+    /// column divides by.
+    pub standalone_problems: Vec<String>,
+}
+
+impl SimReport {
+    /// Every problem of every run, prefixed with the run it belongs to: empty when the
+    /// simulation can be trusted.
+    pub fn failures(&self) -> Vec<String> {
+        let alone = self
+            .standalone_problems
+            .iter()
+            .map(|p| format!("alone: {p}"));
+        let modes = self
+            .modes
+            .iter()
+            .flat_map(|m| m.problems.iter().map(move |p| format!("{}: {p}", m.mode)));
+        alone.chain(modes).collect()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -18,12 +37,17 @@ pub struct ModeReport {
     pub mode: &'static str,
     pub tasks: Vec<TaskReport>,
     /// Mean latency of the lowest-priority tasks over that of the highest-priority ones (the
-    /// seed's 延迟比: training ~80 ms / inference ~25 ms ≈ 3.2×).
-    pub latency_ratio: f64,
+    /// seed's 延迟比: training ~80 ms / inference ~25 ms ≈ 3.2×); none when either tier
+    /// completed nothing.
+    pub latency_ratio: Option<f64>,
     pub preempt_latency_us: Percentiles,
     pub preemptions: u64,
     pub resumes: u64,
     pub exactly_once: bool,
+    /// Why this mode's numbers cannot be trusted: a kernel not run exactly once, work still
+    /// outstanding when the runner gave up, a task that completed fewer requests than it
+    /// made. Empty when all is well.
+    pub problems: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -36,11 +60,13 @@ pub struct Percentiles {
 pub struct TaskReport {
     pub name: String,
     pub priority: Priority,
-    /// Mean over the task's requests, arrival to last kernel completed.
-    pub latency_us: f64,
-    pub max_latency_us: f64,
-    /// The same requests with the task alone on the GPU.
-    pub standalone_us: f64,
+    /// Mean over the task's requests, arrival to last kernel completed; none when no request
+    /// completed.
+    pub latency_us: Option<f64>,
+    pub max_latency_us: Option<f64>,
+    /// The same requests with the task alone on the GPU (none when that run completed none).
+    pub standalone_us: Option<f64>,
+    /// Requests completed.
     pub requests: usize,
     /// Scheme A only: arrival to the preemption made for this task (max over requests).
     pub detection_delay_us: Option<f64>,
@@ -58,13 +84,30 @@ fn us(ns: Nanos) -> f64 {
     (ns as f64 / 100.0).round() / 10.0
 }
 
-fn mean(v: &[Nanos]) -> f64 {
+fn mean(v: &[Nanos]) -> Option<f64> {
     if v.is_empty() {
-        return 0.0;
+        return None;
     }
     // Summed wider than `Nanos`: a million latencies near the 2^62 ns limit would overflow.
     let sum: u128 = v.iter().map(|&l| u128::from(l)).sum();
-    us((sum / v.len() as u128) as Nanos)
+    Some(us((sum / v.len() as u128) as Nanos))
+}
+
+/// The run's own problems, plus every task that completed fewer requests than it made: a
+/// latency averaged over the requests that happened to finish would look fine.
+fn run_problems(run: &ModeRun, scenario: &Scenario) -> Vec<String> {
+    let mut problems = run.problems.clone();
+    for (t, spec) in run.tasks.iter().zip(&scenario.tasks) {
+        let want = spec.arrival.count as usize;
+        if t.latencies.len() < want {
+            problems.push(format!(
+                "task {} completed {} of its {want} requests",
+                t.name,
+                t.latencies.len()
+            ));
+        }
+    }
+    problems
 }
 
 /// Runs `modes` and each task alone; returns the report and the raw runs (traces, stats).
@@ -74,9 +117,12 @@ pub fn simulate(
     opts: &SimOptions,
 ) -> Result<(SimReport, Vec<ModeRun>), RunError> {
     let mut standalone = Vec::new();
+    let mut standalone_problems = Vec::new();
     for i in 0..scenario.tasks.len() {
-        let alone = runner::run(&scenario.only(i), Mode::None, RunOptions::default())?;
+        let only = scenario.only(i);
+        let alone = runner::run(&only, Mode::None, RunOptions::default())?;
         standalone.push(mean(&alone.tasks[0].latencies));
+        standalone_problems.extend(run_problems(&alone, &only));
     }
     let mut runs = Vec::new();
     for &mode in modes {
@@ -87,17 +133,21 @@ pub fn simulate(
         };
         runs.push(runner::run(scenario, mode, run_opts)?);
     }
-    let modes = runs.iter().map(|r| mode_report(r, &standalone)).collect();
+    let modes = runs
+        .iter()
+        .map(|r| mode_report(r, scenario, &standalone))
+        .collect();
     Ok((
         SimReport {
             scenario: scenario.name.clone(),
             modes,
+            standalone_problems,
         },
         runs,
     ))
 }
 
-fn mode_report(run: &ModeRun, standalone: &[f64]) -> ModeReport {
+fn mode_report(run: &ModeRun, scenario: &Scenario, standalone: &[Option<f64>]) -> ModeReport {
     let tasks: Vec<TaskReport> = run
         .tasks
         .iter()
@@ -106,26 +156,27 @@ fn mode_report(run: &ModeRun, standalone: &[f64]) -> ModeReport {
             name: t.name.clone(),
             priority: t.priority,
             latency_us: mean(&t.latencies),
-            max_latency_us: us(t.latencies.iter().copied().max().unwrap_or(0)),
-            standalone_us: standalone.get(i).copied().unwrap_or(0.0),
+            max_latency_us: t.latencies.iter().copied().max().map(us),
+            standalone_us: standalone.get(i).copied().flatten(),
             requests: t.latencies.len(),
             detection_delay_us: t.detection_delays.iter().copied().max().map(us),
         })
         .collect();
+    // A tier with a task that completed nothing has no mean worth comparing.
     let of_prio = |p: Priority| {
-        let v: Vec<f64> = tasks
+        let v: Option<Vec<f64>> = tasks
             .iter()
             .filter(|t| t.priority == p)
             .map(|t| t.latency_us)
             .collect();
-        v.iter().sum::<f64>() / v.len().max(1) as f64
+        v.filter(|v| !v.is_empty())
+            .map(|v| v.iter().sum::<f64>() / v.len() as f64)
     };
     let hi = tasks.iter().map(|t| t.priority).max().unwrap_or(0);
     let lo = tasks.iter().map(|t| t.priority).min().unwrap_or(0);
-    let ratio = if of_prio(hi) > 0.0 {
-        ((of_prio(lo) / of_prio(hi)) * 1000.0).round() / 1000.0
-    } else {
-        0.0
+    let ratio = match (of_prio(lo), of_prio(hi)) {
+        (Some(lo), Some(hi)) if hi > 0.0 => Some(((lo / hi) * 1000.0).round() / 1000.0),
+        _ => None,
     };
     let h = &run.preempt_latency;
     let pct = |q: f64| (h.count() > 0).then(|| us(h.quantile(q)));
@@ -140,6 +191,7 @@ fn mode_report(run: &ModeRun, standalone: &[f64]) -> ModeReport {
         preemptions: run.preemptions,
         resumes: run.resumes,
         exactly_once: run.exactly_once && run.problems.is_empty(),
+        problems: run_problems(run, scenario),
     }
 }
 
@@ -187,23 +239,23 @@ pub fn table(report: &SimReport) -> String {
     for m in &report.modes {
         for (i, t) in m.tasks.iter().enumerate() {
             let first = i == 0;
-            let slow = if t.standalone_us > 0.0 {
-                format!("{:.2}", t.latency_us / t.standalone_us)
-            } else {
-                "-".into()
+            let slow = match (t.latency_us, t.standalone_us) {
+                (Some(l), Some(a)) if a > 0.0 => format!("{:.2}", l / a),
+                _ => "-".into(),
             };
+            let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.3}", v / 1000.0));
             let mut line = String::new();
             let _ = write!(
                 line,
-                "{:<9} {:<10} {:>5} {:>12.3} {:>12.3} {:>7} {:>7} {:>19} {:>8} {:>7} {:>12}",
+                "{:<9} {:<10} {:>5} {:>12} {:>12} {:>7} {:>7} {:>19} {:>8} {:>7} {:>12}",
                 if first { m.mode } else { "" },
                 t.name,
                 t.priority,
-                t.latency_us / 1000.0,
-                t.standalone_us / 1000.0,
+                ms(t.latency_us),
+                ms(t.standalone_us),
                 slow,
                 if first {
-                    format!("{:.2}x", m.latency_ratio)
+                    m.latency_ratio.map_or("-".into(), |r| format!("{r:.2}x"))
                 } else {
                     String::new()
                 },
@@ -227,7 +279,11 @@ pub fn table(report: &SimReport) -> String {
                     String::new()
                 },
                 if first {
-                    if m.exactly_once { "yes" } else { "NO" }
+                    if m.exactly_once && m.problems.is_empty() {
+                        "yes"
+                    } else {
+                        "NO"
+                    }
                 } else {
                     ""
                 },
@@ -240,6 +296,29 @@ pub fn table(report: &SimReport) -> String {
             if let Some(d) = t.detection_delay_us {
                 let _ = writeln!(s, "{}: {} detection delay {:.1} µs", m.mode, t.name, d);
             }
+        }
+    }
+    s + &problem_lines(report)
+}
+
+/// Most problems the table lists per run; the JSON has them all.
+const SHOWN_PROBLEMS: usize = 5;
+
+/// The problems under the table, a few per run, so that a failed mode is never just a "NO".
+fn problem_lines(report: &SimReport) -> String {
+    let mut s = String::new();
+    let alone = ("alone", &report.standalone_problems);
+    let modes = report.modes.iter().map(|m| (m.mode, &m.problems));
+    for (run, problems) in std::iter::once(alone).chain(modes) {
+        for p in problems.iter().take(SHOWN_PROBLEMS) {
+            let _ = writeln!(s, "PROBLEM {run}: {p}");
+        }
+        if problems.len() > SHOWN_PROBLEMS {
+            let more = problems.len() - SHOWN_PROBLEMS;
+            let _ = writeln!(
+                s,
+                "PROBLEM {run}: ... and {more} more (all of them in --json)"
+            );
         }
     }
     s

@@ -4,7 +4,7 @@
 //! - `scheme-a`: the same, plus the seed's monitor loop.
 //! - `lv1`, `lv2`, `lv3`: Scheme B, the core scheduler and XQueues at that level.
 
-use crate::scenario::{RUN_SLACK_NS, Scenario, ScenarioError};
+use crate::scenario::{Scenario, ScenarioError};
 use crate::scheme_b::{SchemeB, SchemeBError};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -219,20 +219,8 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         })
         .collect();
     let mut problems = Vec::new();
-    // Validation keeps this below 2^62 ns (`Scenario::horizon_ns`); checked all the same.
-    let limit = scenario
-        .tasks
-        .iter()
-        .try_fold(0u64, |sum, t| {
-            u64::from(t.arrival.count)
-                .checked_mul(u64::from(t.kernels))?
-                .checked_mul(u64::from(t.kernel.workgroups))?
-                .checked_mul(us(t.kernel.wg_us))?
-                .checked_add(sum)
-        })
-        .and_then(|serial_work| serial_work.checked_add(arrivals.last().map_or(0, |a| a.0)))
-        .and_then(|t| t.checked_add(RUN_SLACK_NS))
-        .ok_or(RunError::Clock { mode })?;
+    // Validation keeps this below 2^62 ns; checked all the same.
+    let limit = Nanos::try_from(scenario.horizon_ns()).map_err(|_| RunError::Clock { mode })?;
 
     loop {
         let done = next_arrival == arrivals.len() && outstanding.iter().all(|o| o.is_empty());
