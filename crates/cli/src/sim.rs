@@ -20,16 +20,18 @@ problems are listed under the table and in the JSON); 1 for any other error."
 pub struct Args {
     /// Scenario file (TOML); the built-in train-vs-infer scenario when omitted.
     scenario: Option<PathBuf>,
-    /// Write Chrome/Perfetto trace events of every mode to this file.
-    #[arg(long)]
+    /// Write Chrome/Perfetto trace events of every mode to this file (created before the
+    /// simulation starts, so that a path that cannot be written fails at once).
+    #[arg(long, conflicts_with = "bench")]
     trace: Option<PathBuf>,
     /// Scheme B policy instead of the scenario's (hpf, fifo, rr, bandwidth, edf, lcbe), or an
     /// eBPF object (FILE.o) whose programs run at the scheduler's hooks in lv1/lv2/lv3, with the
     /// contents of the maps pinned by `xpreempt policy`.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "bench")]
     policy: Option<String>,
-    /// With an eBPF --policy: the policy that decides which queues run (default: the scenario's).
-    #[arg(long)]
+    /// With an eBPF --policy: the policy that decides which queues run (default: the
+    /// scenario's). An error without an eBPF --policy.
+    #[arg(long, conflicts_with = "bench")]
     base_policy: Option<String>,
     /// Override the scenario's seed.
     #[arg(long)]
@@ -55,25 +57,70 @@ fn load(args: &Args) -> Result<Scenario> {
     Ok(s)
 }
 
+/// Every choice the arguments make, checked before any simulation: a typo must not cost a
+/// full run, nor be silently ignored.
+fn options(args: &Args) -> Result<SimOptions> {
+    let named = |what: &str, p: &str| {
+        xpreempt_core::policy::by_name(p)
+            .map(drop)
+            .with_context(|| format!("{what} {p}"))
+    };
+    let trace = args.trace.is_some();
+    match args.policy.as_deref() {
+        Some(p) if crate::policy::is_object(p) => {
+            if let Some(base) = &args.base_policy {
+                named("--base-policy", base)?;
+            }
+            Ok(SimOptions {
+                trace,
+                policy: args.base_policy.clone(),
+                hooks: Some(crate::policy::sim_hooks(p)?),
+            })
+        }
+        policy => {
+            if args.base_policy.is_some() {
+                anyhow::bail!(
+                    "--base-policy only applies with an eBPF --policy FILE.o (it picks the \
+                     policy under the eBPF hooks); for a built-in policy use --policy NAME"
+                );
+            }
+            if let Some(p) = policy {
+                named("--policy", p)?;
+            }
+            Ok(SimOptions {
+                trace,
+                policy: policy.map(str::to_string),
+                hooks: None,
+            })
+        }
+    }
+}
+
 pub fn run(out: &Output, args: &Args) -> Result<()> {
     let scenario = load(args)?;
     if args.bench {
         return bench(out, &scenario);
     }
-    let opts = match args.policy.as_deref() {
-        Some(p) if crate::policy::is_object(p) => SimOptions {
-            trace: args.trace.is_some(),
-            policy: args.base_policy.clone(),
-            hooks: Some(crate::policy::sim_hooks(p)?),
-        },
-        _ => SimOptions {
-            trace: args.trace.is_some(),
-            policy: args.policy.clone(),
-            hooks: None,
-        },
+    let opts = options(args)?;
+    let trace_file = match &args.trace {
+        Some(path) => Some((
+            path,
+            std::fs::File::create(path)
+                .with_context(|| format!("creating trace file {}", path.display()))?,
+        )),
+        None => None,
     };
-    let (rep, runs) = report::simulate(&scenario, &Mode::ALL, &opts)?;
-    if let Some(path) = &args.trace {
+    let (rep, runs) = match report::simulate(&scenario, &Mode::ALL, &opts) {
+        Ok(r) => r,
+        Err(e) => {
+            // Created only to check the path: an empty file would pass for a trace.
+            if let Some((path, _)) = &trace_file {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e.into());
+        }
+    };
+    if let Some((path, file)) = trace_file {
         let mut events = Vec::new();
         for (pid, r) in runs.iter().enumerate() {
             if let Some(t) = &r.trace {
@@ -81,7 +128,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             }
         }
         let doc = xpreempt_amd::trace::document(events);
-        std::fs::write(path, serde_json::to_vec(&doc)?)
+        serde_json::to_writer(std::io::BufWriter::new(file), &doc)
             .with_context(|| format!("writing trace {}", path.display()))?;
     }
     out.emit(&rep, || report::table(&rep) + &report::monitor_lines(&runs))?;

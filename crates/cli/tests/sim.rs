@@ -167,3 +167,68 @@ fn a_mode_that_fails_its_checks_fails_the_command() {
     let none = &v["modes"][0];
     assert_eq!(none["problems"], serde_json::json!([]));
 }
+
+#[test]
+fn arguments_are_checked_before_simulating() {
+    let dir = tmp("args");
+    let missing = dir.join("no-such-dir").join("t.json");
+    for (args, needle) in [
+        (
+            vec!["sim", "--trace", missing.to_str().unwrap()],
+            "creating trace file",
+        ),
+        (
+            vec!["sim", "--base-policy", "fifo"],
+            "--base-policy only applies",
+        ),
+        (
+            vec!["sim", "--policy", "rr", "--base-policy", "fifo"],
+            "--base-policy only applies",
+        ),
+        (vec!["sim", "--policy", "lottery"], "--policy lottery"),
+        (vec!["sim", "--policy", "missing.o"], "missing.o"),
+        (vec!["sim", "--bench", "--trace", "t.json"], "--trace"),
+    ] {
+        let t0 = std::time::Instant::now();
+        let o = xpreempt_in(&dir, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?} printed a result");
+        // A full run takes a good part of a second even in release; checks take nothing.
+        assert!(t0.elapsed().as_millis() < 2_000, "{args:?} simulated first");
+    }
+    assert!(!missing.exists() && !dir.join("t.json").exists());
+}
+
+#[test]
+fn errors_under_json_are_one_json_object_on_stdout() {
+    let dir = tmp("json-errors");
+    for (args, needle, code) in [
+        (vec!["--json", "sim", "--policy", "lottery"], "lottery", 1),
+        (
+            vec!["sim", "--json", "--base-policy", "fifo"],
+            "--base-policy",
+            1,
+        ),
+        (vec!["--json", "sim", "missing.toml"], "missing.toml", 1),
+        (vec!["--json", "sim", "--no-such-flag"], "--no-such-flag", 2),
+        (
+            vec!["--json", "demo", "--batch", "0"],
+            "batch must be at least 1",
+            1,
+        ),
+    ] {
+        let o = xpreempt_in(&dir, &args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}");
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&o.stdout)));
+        let msg = v["error"].as_str().expect("an error string");
+        assert!(msg.contains(needle), "{args:?}: {msg}");
+    }
+    // The whole chain, not only the outermost context.
+    let o = xpreempt_in(&dir, &["--json", "sim", "missing.toml"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let msg = v["error"].as_str().unwrap();
+    assert!(msg.contains("reading scenario missing.toml: "), "{msg}");
+}
