@@ -37,13 +37,21 @@ fn sim_json_has_the_promised_shape_and_repeats_byte_for_byte() {
             keys,
             [
                 "exactly_once",
+                "gpu_utilization",
+                "kernels",
+                "kernels_per_s",
                 "latency_ratio",
+                "makespan_us",
+                "maps",
                 "mode",
                 "preempt_latency_us",
                 "preemptions",
                 "problems",
                 "resumes",
-                "tasks"
+                "runlists",
+                "tasks",
+                "tiers",
+                "unmaps"
             ]
         );
         assert!(
@@ -54,7 +62,28 @@ fn sim_json_has_the_promised_shape_and_repeats_byte_for_byte() {
         assert_eq!(m["problems"], serde_json::json!([]));
         for t in m["tasks"].as_array().unwrap() {
             assert!(t["name"].is_string() && t["priority"].is_i64() && t["latency_us"].is_f64());
+            let p = &t["latency_pct_us"];
+            let v = |k: &str| p[k].as_f64().unwrap();
+            assert!(v("p50") <= v("p90") && v("p90") <= v("p99") && v("p99") <= v("max"));
+            assert_eq!(v("max"), t["max_latency_us"].as_f64().unwrap());
         }
+        let tiers: Vec<i64> = m["tiers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["priority"].as_i64().unwrap())
+            .collect();
+        assert_eq!(tiers, [12, 3], "highest priority first");
+        assert_eq!(m["kernels"], 150);
+        let util = m["gpu_utilization"].as_f64().unwrap();
+        assert!(util > 0.5 && util <= 1.0, "{util}");
+        let makespan = m["makespan_us"].as_f64().unwrap();
+        let kps = m["kernels_per_s"].as_f64().unwrap();
+        assert!(
+            (kps - 150.0 / (makespan / 1e6)).abs() < 1.0,
+            "{kps} {makespan}"
+        );
+        assert!(m["runlists"].as_u64().unwrap() >= 1 && m["maps"].as_u64().unwrap() >= 2);
     }
     let lv3 = modes.iter().find(|m| m["mode"] == "lv3").unwrap();
     assert!(lv3["latency_ratio"].as_f64().unwrap() > 3.0);

@@ -3,9 +3,11 @@
 use crate::runner::{self, Mode, ModeRun, RunError, RunOptions};
 use crate::scenario::Scenario;
 use serde::Serialize;
-use std::fmt::Write;
 use xpreempt_core::sched::Hooks;
 use xpreempt_core::{Nanos, Priority};
+
+mod table;
+pub use table::{monitor_lines, table};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimReport {
@@ -48,6 +50,59 @@ pub struct ModeReport {
     /// outstanding when the runner gave up, a task that completed fewer requests than it
     /// made. Empty when all is well.
     pub problems: Vec<String>,
+    /// Latency per logical priority, highest first: the requests of every task at that
+    /// priority together.
+    pub tiers: Vec<TierReport>,
+    /// First arrival to the last completion (µs).
+    pub makespan_us: f64,
+    /// Kernels completed, and per second of makespan.
+    pub kernels: u64,
+    pub kernels_per_s: f64,
+    /// CU time with waves resident over `CUs × makespan` (0 to 1).
+    pub gpu_utilization: f64,
+    /// HWS work: runlists sent, queues mapped (each map of a batch) and unmapped.
+    pub runlists: u64,
+    pub maps: u64,
+    pub unmaps: u64,
+}
+
+/// Nearest-rank percentiles and the maximum of a set of latencies (µs).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Distribution {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Distribution {
+    /// None for an empty set: no request completed, so there is nothing to describe.
+    pub fn of(latencies: &[Nanos]) -> Option<Self> {
+        let mut v = latencies.to_vec();
+        v.sort_unstable();
+        let at = |q: f64| {
+            // Nearest rank: the smallest value with at least q of the set at or below it.
+            let rank = (q * v.len() as f64).ceil() as usize;
+            us(v[rank.clamp(1, v.len()) - 1])
+        };
+        let max = *v.last()?;
+        Some(Self {
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            max: us(max),
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TierReport {
+    pub priority: Priority,
+    pub tasks: usize,
+    /// Requests completed by the tier's tasks.
+    pub requests: usize,
+    pub mean_us: Option<f64>,
+    pub latency_pct_us: Option<Distribution>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -68,6 +123,8 @@ pub struct TaskReport {
     pub standalone_us: Option<f64>,
     /// Requests completed.
     pub requests: usize,
+    /// Percentiles of the same latencies (none when no request completed).
+    pub latency_pct_us: Option<Distribution>,
     /// Scheme A only: arrival to the preemption made for this task (max over requests).
     pub detection_delay_us: Option<f64>,
 }
@@ -80,7 +137,7 @@ pub struct SimOptions {
     pub hooks: Option<Box<dyn Fn() -> Box<dyn Hooks>>>,
 }
 
-fn us(ns: Nanos) -> f64 {
+pub(crate) fn us(ns: Nanos) -> f64 {
     (ns as f64 / 100.0).round() / 10.0
 }
 
@@ -159,6 +216,7 @@ fn mode_report(run: &ModeRun, scenario: &Scenario, standalone: &[Option<f64>]) -
             max_latency_us: t.latencies.iter().copied().max().map(us),
             standalone_us: standalone.get(i).copied().flatten(),
             requests: t.latencies.len(),
+            latency_pct_us: Distribution::of(&t.latencies),
             detection_delay_us: t.detection_delays.iter().copied().max().map(us),
         })
         .collect();
@@ -180,6 +238,9 @@ fn mode_report(run: &ModeRun, scenario: &Scenario, standalone: &[Option<f64>]) -
     };
     let h = &run.preempt_latency;
     let pct = |q: f64| (h.count() > 0).then(|| us(h.quantile(q)));
+    let makespan = run.end.saturating_sub(run.first_arrival);
+    let kernels = run.stats.dispatches_completed;
+    let cu_time = u128::from(scenario.gpu.cus) * u128::from(makespan);
     ModeReport {
         mode: run.mode.name(),
         tasks,
@@ -192,134 +253,44 @@ fn mode_report(run: &ModeRun, scenario: &Scenario, standalone: &[Option<f64>]) -
         resumes: run.resumes,
         exactly_once: run.exactly_once && run.problems.is_empty(),
         problems: run_problems(run, scenario),
+        tiers: tiers(run),
+        makespan_us: us(makespan),
+        kernels,
+        kernels_per_s: if makespan > 0 {
+            (kernels as f64 * 1e9 / makespan as f64 * 10.0).round() / 10.0
+        } else {
+            0.0
+        },
+        gpu_utilization: if cu_time > 0 {
+            (run.cu_busy_ns as f64 / cu_time as f64 * 1e4).round() / 1e4
+        } else {
+            0.0
+        },
+        runlists: run.stats.runlists,
+        maps: run.stats.maps,
+        unmaps: run.stats.unmaps,
     }
 }
 
-/// Scheme A's monitor statistics (the seed's checks, inversions, preemptions, resumes).
-pub fn monitor_lines(runs: &[ModeRun]) -> String {
-    let mut s = String::new();
-    for r in runs {
-        if let Some((m, resume)) = &r.monitor {
-            let p50 = (resume.count() > 0).then(|| us(resume.quantile(0.5)));
-            let _ = writeln!(
-                s,
-                "{} monitor: {} checks, {} inversions, {} preemptions, {} resumes, resume latency p50 {}",
-                r.mode,
-                m.checks,
-                m.inversions,
-                m.preemptions,
-                m.resumes,
-                p50.map_or("-".to_string(), |v| format!("{v:.1} µs"))
-            );
-        }
-    }
-    s
-}
-
-/// The human-readable table.
-pub fn table(report: &SimReport) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "scenario: {}", report.scenario);
-    let _ = writeln!(
-        s,
-        "{:<9} {:<10} {:>5} {:>12} {:>12} {:>7} {:>7} {:>19} {:>8} {:>7} {:>12}",
-        "mode",
-        "task",
-        "prio",
-        "latency ms",
-        "alone ms",
-        "x alone",
-        "ratio",
-        "preempt p50/p99 µs",
-        "preempts",
-        "resumes",
-        "exactly-once"
-    );
-    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-    for m in &report.modes {
-        for (i, t) in m.tasks.iter().enumerate() {
-            let first = i == 0;
-            let slow = match (t.latency_us, t.standalone_us) {
-                (Some(l), Some(a)) if a > 0.0 => format!("{:.2}", l / a),
-                _ => "-".into(),
-            };
-            let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.3}", v / 1000.0));
-            let mut line = String::new();
-            let _ = write!(
-                line,
-                "{:<9} {:<10} {:>5} {:>12} {:>12} {:>7} {:>7} {:>19} {:>8} {:>7} {:>12}",
-                if first { m.mode } else { "" },
-                t.name,
-                t.priority,
-                ms(t.latency_us),
-                ms(t.standalone_us),
-                slow,
-                if first {
-                    m.latency_ratio.map_or("-".into(), |r| format!("{r:.2}x"))
-                } else {
-                    String::new()
-                },
-                if first {
-                    format!(
-                        "{}/{}",
-                        opt(m.preempt_latency_us.p50),
-                        opt(m.preempt_latency_us.p99)
-                    )
-                } else {
-                    String::new()
-                },
-                if first {
-                    m.preemptions.to_string()
-                } else {
-                    String::new()
-                },
-                if first {
-                    m.resumes.to_string()
-                } else {
-                    String::new()
-                },
-                if first {
-                    if m.exactly_once && m.problems.is_empty() {
-                        "yes"
-                    } else {
-                        "NO"
-                    }
-                } else {
-                    ""
-                },
-            );
-            let _ = writeln!(s, "{}", line.trim_end());
-        }
-    }
-    for m in &report.modes {
-        for t in &m.tasks {
-            if let Some(d) = t.detection_delay_us {
-                let _ = writeln!(s, "{}: {} detection delay {:.1} µs", m.mode, t.name, d);
+/// Every task's requests grouped by logical priority, highest first.
+fn tiers(run: &ModeRun) -> Vec<TierReport> {
+    let mut prios: Vec<Priority> = run.tasks.iter().map(|t| t.priority).collect();
+    prios.sort_unstable_by(|a, b| b.cmp(a));
+    prios.dedup();
+    prios
+        .into_iter()
+        .map(|p| {
+            let of_tier = || run.tasks.iter().filter(move |t| t.priority == p);
+            let latencies: Vec<Nanos> = of_tier()
+                .flat_map(|t| t.latencies.iter().copied())
+                .collect();
+            TierReport {
+                priority: p,
+                tasks: of_tier().count(),
+                requests: latencies.len(),
+                mean_us: mean(&latencies),
+                latency_pct_us: Distribution::of(&latencies),
             }
-        }
-    }
-    s + &problem_lines(report)
-}
-
-/// Most problems the table lists per run; the JSON has them all.
-const SHOWN_PROBLEMS: usize = 5;
-
-/// The problems under the table, a few per run, so that a failed mode is never just a "NO".
-fn problem_lines(report: &SimReport) -> String {
-    let mut s = String::new();
-    let alone = ("alone", &report.standalone_problems);
-    let modes = report.modes.iter().map(|m| (m.mode, &m.problems));
-    for (run, problems) in std::iter::once(alone).chain(modes) {
-        for p in problems.iter().take(SHOWN_PROBLEMS) {
-            let _ = writeln!(s, "PROBLEM {run}: {p}");
-        }
-        if problems.len() > SHOWN_PROBLEMS {
-            let more = problems.len() - SHOWN_PROBLEMS;
-            let _ = writeln!(
-                s,
-                "PROBLEM {run}: ... and {more} more (all of them in --json)"
-            );
-        }
-    }
-    s
+        })
+        .collect()
 }

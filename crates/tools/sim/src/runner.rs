@@ -123,6 +123,10 @@ pub struct ModeRun {
     pub problems: Vec<String>,
     pub stats: GpuStats,
     pub end: Nanos,
+    /// When the first request arrived: the makespan runs from here to `end`.
+    pub first_arrival: Nanos,
+    /// CU time with waves resident (see [`Gpu::cu_busy_ns`]).
+    pub cu_busy_ns: u128,
     pub trace: Option<TraceBuf>,
     /// Scheme A's own counters, and its resume latency (ns).
     pub monitor: Option<(xpreempt_amd::scheme_a::MonitorStats, Histogram)>,
@@ -384,6 +388,8 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         problems,
         stats: gpu.stats().clone(),
         end: gpu.now(),
+        first_arrival: arrivals.first().map_or(0, |a| a.0),
+        cu_busy_ns: gpu.cu_busy_ns(),
         trace: gpu.take_trace(),
         monitor: monitor.map(|m| (m.stats, m.resume_latency)),
     })
