@@ -10,6 +10,7 @@ use std::time::Instant;
 use xpreempt_sim::report::{self, SimOptions};
 use xpreempt_sim::runner::{self, Mode, RunOptions};
 use xpreempt_sim::scenario::Scenario;
+use xpreempt_sim::sweep;
 
 #[derive(clap::Args)]
 #[command(
@@ -36,6 +37,14 @@ pub struct Args {
     /// Override the scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
+    /// Run every mode over N seeds (the scenario's or --seed, then +1, ...) and report the
+    /// spread of the top tier's p99 over standalone and of the makespan.
+    #[arg(long, value_name = "N", conflicts_with_all = ["bench", "trace"],
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    seeds: Option<u64>,
+    /// The modes to run, comma-separated (none, lv1, scheme-a, lv2, lv3); all when omitted.
+    #[arg(long, value_delimiter = ',')]
+    modes: Vec<Mode>,
     /// Measure simulated workgroups per second instead of printing the comparison.
     #[arg(long)]
     bench: bool,
@@ -98,10 +107,20 @@ fn options(args: &Args) -> Result<SimOptions> {
 
 pub fn run(out: &Output, args: &Args) -> Result<()> {
     let scenario = load(args)?;
+    let modes: &[Mode] = if args.modes.is_empty() {
+        &Mode::ALL
+    } else {
+        &args.modes
+    };
     if args.bench {
-        return bench(out, &scenario);
+        return bench(out, &scenario, modes);
     }
     let opts = options(args)?;
+    if let Some(n) = args.seeds {
+        let rep = sweep::sweep(&scenario, modes, scenario.seed, n, &opts)?;
+        out.emit(&rep, || sweep::table(&rep))?;
+        return checks_passed(&rep.scenario, rep.failures());
+    }
     let trace_file = match &args.trace {
         Some(path) => Some((
             path,
@@ -110,7 +129,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         )),
         None => None,
     };
-    let (rep, runs) = match report::simulate(&scenario, &Mode::ALL, &opts) {
+    let (rep, runs) = match report::simulate(&scenario, modes, &opts) {
         Ok(r) => r,
         Err(e) => {
             // Created only to check the path: an empty file would pass for a trace.
@@ -132,13 +151,12 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             .with_context(|| format!("writing trace {}", path.display()))?;
     }
     out.emit(&rep, || report::table(&rep) + &report::monitor_lines(&runs))?;
-    checks_passed(&rep)
+    checks_passed(&rep.scenario, rep.failures())
 }
 
 /// A run that gave up, ran a kernel twice or left a task without a result is a failure,
 /// printed in the table or JSON above and in the exit status, never only in a log line.
-fn checks_passed(rep: &report::SimReport) -> Result<()> {
-    let failures = rep.failures();
+fn checks_passed(scenario: &str, failures: Vec<String>) -> Result<()> {
     let Some(first) = failures.first() else {
         return Ok(());
     };
@@ -147,7 +165,7 @@ fn checks_passed(rep: &report::SimReport) -> Result<()> {
         n => format!(" (and {n} more problems, listed above)"),
     };
     Err(ChecksFailed {
-        summary: format!("scenario {}: {first}{more}", rep.scenario),
+        summary: format!("scenario {scenario}: {first}{more}"),
     }
     .into())
 }
@@ -167,10 +185,10 @@ struct Bench {
     total_workgroups_per_s: f64,
 }
 
-fn bench(out: &Output, scenario: &Scenario) -> Result<()> {
+fn bench(out: &Output, scenario: &Scenario, modes: &[Mode]) -> Result<()> {
     let mut rows = Vec::new();
     let (mut wgs, mut wall) = (0u64, 0f64);
-    for mode in Mode::ALL {
+    for &mode in modes {
         let t0 = Instant::now();
         let r = runner::run(scenario, mode, RunOptions::default())?;
         let secs = t0.elapsed().as_secs_f64();

@@ -261,3 +261,81 @@ fn errors_under_json_are_one_json_object_on_stdout() {
     let msg = v["error"].as_str().unwrap();
     assert!(msg.contains("reading scenario missing.toml: "), "{msg}");
 }
+
+/// Train and a Poisson-arriving inference service, small enough for a debug build.
+const SMALL: &str = "name = \"small\"\nseed = 5\n\
+    [[tasks]]\nname = \"train\"\npriority = 1\nkernels = 8\n\
+    kernel = { workgroups = 2560, wg_us = 300.0, jitter = 0.1 }\n\
+    [[tasks]]\nname = \"serve\"\npriority = 9\nkernels = 3\n\
+    kernel = { workgroups = 80, wg_us = 100.0, jitter = 0.2 }\n\
+    arrival = { at_us = 200.0, count = 5, every_us = 1500.0, poisson = true }\n";
+
+#[test]
+fn a_seed_sweep_reports_the_spread_per_mode() {
+    let dir = tmp("sweep");
+    let file = dir.join("small.toml");
+    std::fs::write(&file, SMALL).unwrap();
+    let f = file.to_str().unwrap();
+    let o = xpreempt_in(
+        &dir,
+        &["--json", "sim", f, "--seeds", "3", "--modes", "none,lv3"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["seeds"], serde_json::json!([5, 6, 7]));
+    let modes = v["modes"].as_array().unwrap();
+    assert_eq!(modes.len(), 2);
+    for m in modes {
+        assert_eq!(m["per_seed"].as_array().unwrap().len(), 3);
+        assert_eq!(m["failed_seeds"], serde_json::json!([]));
+        for key in ["top_p99_vs_alone", "makespan_us"] {
+            let s = &m[key];
+            let x = |k: &str| s[k].as_f64().unwrap();
+            assert!(x("min") <= x("median") && x("median") <= x("max"), "{m}");
+        }
+    }
+    let ratio = |i: usize| modes[i]["top_p99_vs_alone"]["median"].as_f64().unwrap();
+    assert!(
+        ratio(1) < ratio(0),
+        "lv3 protects the top tier's tail better than none"
+    );
+    // --seed moves the window; the table has one line per mode.
+    let o = xpreempt_in(
+        &dir,
+        &["sim", f, "--seeds", "2", "--seed", "40", "--modes", "lv1"],
+    );
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && table.contains("2 seeds (40..=41)"),
+        "{table}"
+    );
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("lv1")).count(),
+        1,
+        "{table}"
+    );
+}
+
+#[test]
+fn modes_are_chosen_by_name_and_checked() {
+    let dir = tmp("modes");
+    let o = xpreempt_in(&dir, &["--json", "sim", "--modes", "lv3,scheme-a"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = v["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["lv3", "scheme-a"]);
+    let o = xpreempt_in(&dir, &["sim", "--modes", "lv1,lv4"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("unknown mode `lv4`") && err.contains("scheme-a"),
+        "{err}"
+    );
+    let o = xpreempt_in(&dir, &["sim", "--seeds", "0"]);
+    assert_eq!(o.status.code(), Some(2), "zero seeds is not a sweep");
+}

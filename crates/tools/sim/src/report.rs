@@ -103,6 +103,10 @@ pub struct TierReport {
     pub requests: usize,
     pub mean_us: Option<f64>,
     pub latency_pct_us: Option<Distribution>,
+    /// The p99 of the same tasks' requests, each task alone on the GPU, and this tier's p99
+    /// over it: how much the other tenants cost the tier at its tail.
+    pub standalone_p99_us: Option<f64>,
+    pub p99_vs_alone: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -174,12 +178,14 @@ pub fn simulate(
     opts: &SimOptions,
 ) -> Result<(SimReport, Vec<ModeRun>), RunError> {
     let mut standalone = Vec::new();
+    let mut alone_latencies = Vec::new();
     let mut standalone_problems = Vec::new();
     for i in 0..scenario.tasks.len() {
         let only = scenario.only(i);
-        let alone = runner::run(&only, Mode::None, RunOptions::default())?;
+        let mut alone = runner::run(&only, Mode::None, RunOptions::default())?;
         standalone.push(mean(&alone.tasks[0].latencies));
         standalone_problems.extend(run_problems(&alone, &only));
+        alone_latencies.push(std::mem::take(&mut alone.tasks[0].latencies));
     }
     let mut runs = Vec::new();
     for &mode in modes {
@@ -192,7 +198,7 @@ pub fn simulate(
     }
     let modes = runs
         .iter()
-        .map(|r| mode_report(r, scenario, &standalone))
+        .map(|r| mode_report(r, scenario, &standalone, &alone_latencies))
         .collect();
     Ok((
         SimReport {
@@ -204,7 +210,12 @@ pub fn simulate(
     ))
 }
 
-fn mode_report(run: &ModeRun, scenario: &Scenario, standalone: &[Option<f64>]) -> ModeReport {
+fn mode_report(
+    run: &ModeRun,
+    scenario: &Scenario,
+    standalone: &[Option<f64>],
+    alone_latencies: &[Vec<Nanos>],
+) -> ModeReport {
     let tasks: Vec<TaskReport> = run
         .tasks
         .iter()
@@ -253,7 +264,7 @@ fn mode_report(run: &ModeRun, scenario: &Scenario, standalone: &[Option<f64>]) -
         resumes: run.resumes,
         exactly_once: run.exactly_once && run.problems.is_empty(),
         problems: run_problems(run, scenario),
-        tiers: tiers(run),
+        tiers: tiers(run, alone_latencies),
         makespan_us: us(makespan),
         kernels,
         kernels_per_s: if makespan > 0 {
@@ -273,7 +284,7 @@ fn mode_report(run: &ModeRun, scenario: &Scenario, standalone: &[Option<f64>]) -
 }
 
 /// Every task's requests grouped by logical priority, highest first.
-fn tiers(run: &ModeRun) -> Vec<TierReport> {
+fn tiers(run: &ModeRun, alone_latencies: &[Vec<Nanos>]) -> Vec<TierReport> {
     let mut prios: Vec<Priority> = run.tasks.iter().map(|t| t.priority).collect();
     prios.sort_unstable_by(|a, b| b.cmp(a));
     prios.dedup();
@@ -284,12 +295,27 @@ fn tiers(run: &ModeRun) -> Vec<TierReport> {
             let latencies: Vec<Nanos> = of_tier()
                 .flat_map(|t| t.latencies.iter().copied())
                 .collect();
+            let alone: Vec<Nanos> = run
+                .tasks
+                .iter()
+                .zip(alone_latencies)
+                .filter(|(t, _)| t.priority == p)
+                .flat_map(|(_, l)| l.iter().copied())
+                .collect();
+            let pct = Distribution::of(&latencies);
+            let alone_p99 = Distribution::of(&alone).map(|d| d.p99);
+            let ratio = match (pct, alone_p99) {
+                (Some(d), Some(a)) if a > 0.0 => Some((d.p99 / a * 1000.0).round() / 1000.0),
+                _ => None,
+            };
             TierReport {
                 priority: p,
                 tasks: of_tier().count(),
                 requests: latencies.len(),
                 mean_us: mean(&latencies),
-                latency_pct_us: Distribution::of(&latencies),
+                latency_pct_us: pct,
+                standalone_p99_us: alone_p99,
+                p99_vs_alone: ratio,
             }
         })
         .collect()

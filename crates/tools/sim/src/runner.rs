@@ -52,6 +52,22 @@ impl Mode {
     }
 }
 
+/// A mode name that is none of [`Mode::ALL`].
+#[derive(Debug, Error)]
+#[error("unknown mode `{0}`; known modes: none, lv1, scheme-a, lv2, lv3")]
+pub struct UnknownMode(pub String);
+
+impl std::str::FromStr for Mode {
+    type Err = UnknownMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownMode(s.to_string()))
+    }
+}
+
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
