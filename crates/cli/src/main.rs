@@ -1,5 +1,6 @@
 //! `xpreempt`: run the scheduler on the built-in AMD model or a real GPU, load policies, and
-//! benchmark. Every subcommand prints a table for people, or one JSON object with `--json`.
+//! benchmark. Every subcommand prints a table for people, or one JSON object with `--json`;
+//! errors too, as `{"error": "..."}` on stdout.
 
 mod bench;
 mod daemon_bench;
@@ -11,6 +12,7 @@ mod sim;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
 #[derive(Parser)]
 #[command(
@@ -19,7 +21,9 @@ use clap::{Parser, Subcommand};
     about = "Preemptive, priority-aware scheduling of GPU command queues"
 )]
 struct Cli {
-    /// Print one JSON object instead of a table.
+    /// Print one JSON object instead of a table. Errors are then one JSON object too,
+    /// `{"error": "..."}` on stdout, with a non-zero exit status (1 for an error, 2 for bad
+    /// arguments, 3 when `sim` ran but a mode failed its checks).
     #[arg(long, global = true)]
     json: bool,
     /// Log filter, e.g. `info` or `xpreempt_core=debug` (also XPREEMPT_LOG).
@@ -56,8 +60,34 @@ enum Command {
     BenchClient(daemon_bench::ClientArgs),
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    let json = cli.json;
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => output::fail(json, &e),
+    }
+}
+
+/// clap's own errors (unknown flags, bad values) keep clap's text and exit status, except that
+/// under `--json` they become the same `{"error": ...}` object every other error is. `--help`
+/// and `--version` are not errors and print as usual.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let shown = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    if !shown && std::env::args_os().any(|a| a == "--json") {
+        let text = e.render().to_string();
+        println!("{}", serde_json::json!({ "error": text.trim_end() }));
+        return ExitCode::from(2);
+    }
+    let _ = e.print();
+    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+}
+
+fn run(cli: Cli) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
         .with_writer(std::io::stderr)

@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use serde::Serialize;
+use std::process::ExitCode;
 
 pub struct Output {
     pub json: bool,
@@ -17,6 +18,43 @@ impl Output {
         }
         Ok(())
     }
+}
+
+/// The command ran and printed its result, but the result says something failed (a
+/// simulation that did not run every kernel exactly once). Exits with [`CHECKS_FAILED`], and
+/// nothing more goes to stdout: under `--json` that stays one parseable object.
+#[derive(Debug)]
+pub struct ChecksFailed {
+    pub summary: String,
+}
+
+impl std::fmt::Display for ChecksFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.summary)
+    }
+}
+
+impl std::error::Error for ChecksFailed {}
+
+/// Exit status of an error: bad input, I/O, a run that could not be made.
+pub const ERROR: u8 = 1;
+/// Exit status of a command whose result failed its own checks ([`ChecksFailed`]).
+pub const CHECKS_FAILED: u8 = 3;
+
+/// Reports an error the way `--json` promises: `{"error": "..."}` (the whole cause chain) on
+/// stdout, so that a pipe into a JSON reader always gets one object; a person gets the chain
+/// on stderr.
+pub fn fail(json: bool, err: &anyhow::Error) -> ExitCode {
+    if let Some(c) = err.downcast_ref::<ChecksFailed>() {
+        eprintln!("error: {c}");
+        return ExitCode::from(CHECKS_FAILED);
+    }
+    if json {
+        println!("{}", serde_json::json!({ "error": format!("{err:#}") }));
+    } else {
+        eprintln!("Error: {err:?}");
+    }
+    ExitCode::from(ERROR)
 }
 
 #[derive(Serialize)]

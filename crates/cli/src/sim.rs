@@ -1,6 +1,8 @@
 //! `xpreempt sim [SCENARIO]`: the AMD queue-hardware model under five modes side by side.
+//! A mode that fails its checks (not exactly-once, gave up, a task left without a result)
+//! is listed with its problems and makes the exit status 3.
 
-use crate::output::Output;
+use crate::output::{ChecksFailed, Output};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -8,25 +10,41 @@ use std::time::Instant;
 use xpreempt_sim::report::{self, SimOptions};
 use xpreempt_sim::runner::{self, Mode, RunOptions};
 use xpreempt_sim::scenario::Scenario;
+use xpreempt_sim::sweep;
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when every mode ran every kernel exactly once and every \
+task completed all its requests; 3 when the simulation ran but a mode failed those checks (its \
+problems are listed under the table and in the JSON); 1 for any other error."
+)]
 pub struct Args {
     /// Scenario file (TOML); the built-in train-vs-infer scenario when omitted.
     scenario: Option<PathBuf>,
-    /// Write Chrome/Perfetto trace events of every mode to this file.
-    #[arg(long)]
+    /// Write Chrome/Perfetto trace events of every mode to this file (created before the
+    /// simulation starts, so that a path that cannot be written fails at once).
+    #[arg(long, conflicts_with = "bench")]
     trace: Option<PathBuf>,
     /// Scheme B policy instead of the scenario's (hpf, fifo, rr, bandwidth, edf, lcbe), or an
     /// eBPF object (FILE.o) whose programs run at the scheduler's hooks in lv1/lv2/lv3, with the
     /// contents of the maps pinned by `xpreempt policy`.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "bench")]
     policy: Option<String>,
-    /// With an eBPF --policy: the policy that decides which queues run (default: the scenario's).
-    #[arg(long)]
+    /// With an eBPF --policy: the policy that decides which queues run (default: the
+    /// scenario's). An error without an eBPF --policy.
+    #[arg(long, conflicts_with = "bench")]
     base_policy: Option<String>,
     /// Override the scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
+    /// Run every mode over N seeds (the scenario's or --seed, then +1, ...) and report the
+    /// spread of the top tier's p99 over standalone and of the makespan.
+    #[arg(long, value_name = "N", conflicts_with_all = ["bench", "trace"],
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    seeds: Option<u64>,
+    /// The modes to run, comma-separated (none, lv1, scheme-a, lv2, lv3); all when omitted.
+    #[arg(long, value_delimiter = ',')]
+    modes: Vec<Mode>,
     /// Measure simulated workgroups per second instead of printing the comparison.
     #[arg(long)]
     bench: bool,
@@ -48,25 +66,80 @@ fn load(args: &Args) -> Result<Scenario> {
     Ok(s)
 }
 
+/// Every choice the arguments make, checked before any simulation: a typo must not cost a
+/// full run, nor be silently ignored.
+fn options(args: &Args) -> Result<SimOptions> {
+    let named = |what: &str, p: &str| {
+        xpreempt_core::policy::by_name(p)
+            .map(drop)
+            .with_context(|| format!("{what} {p}"))
+    };
+    let trace = args.trace.is_some();
+    match args.policy.as_deref() {
+        Some(p) if crate::policy::is_object(p) => {
+            if let Some(base) = &args.base_policy {
+                named("--base-policy", base)?;
+            }
+            Ok(SimOptions {
+                trace,
+                policy: args.base_policy.clone(),
+                hooks: Some(crate::policy::sim_hooks(p)?),
+            })
+        }
+        policy => {
+            if args.base_policy.is_some() {
+                anyhow::bail!(
+                    "--base-policy only applies with an eBPF --policy FILE.o (it picks the \
+                     policy under the eBPF hooks); for a built-in policy use --policy NAME"
+                );
+            }
+            if let Some(p) = policy {
+                named("--policy", p)?;
+            }
+            Ok(SimOptions {
+                trace,
+                policy: policy.map(str::to_string),
+                hooks: None,
+            })
+        }
+    }
+}
+
 pub fn run(out: &Output, args: &Args) -> Result<()> {
     let scenario = load(args)?;
-    if args.bench {
-        return bench(out, &scenario);
-    }
-    let opts = match args.policy.as_deref() {
-        Some(p) if crate::policy::is_object(p) => SimOptions {
-            trace: args.trace.is_some(),
-            policy: args.base_policy.clone(),
-            hooks: Some(crate::policy::sim_hooks(p)?),
-        },
-        _ => SimOptions {
-            trace: args.trace.is_some(),
-            policy: args.policy.clone(),
-            hooks: None,
-        },
+    let modes: &[Mode] = if args.modes.is_empty() {
+        &Mode::ALL
+    } else {
+        &args.modes
     };
-    let (rep, runs) = report::simulate(&scenario, &Mode::ALL, &opts)?;
-    if let Some(path) = &args.trace {
+    if args.bench {
+        return bench(out, &scenario, modes);
+    }
+    let opts = options(args)?;
+    if let Some(n) = args.seeds {
+        let rep = sweep::sweep(&scenario, modes, scenario.seed, n, &opts)?;
+        out.emit(&rep, || sweep::table(&rep))?;
+        return checks_passed(&rep.scenario, rep.failures());
+    }
+    let trace_file = match &args.trace {
+        Some(path) => Some((
+            path,
+            std::fs::File::create(path)
+                .with_context(|| format!("creating trace file {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let (rep, runs) = match report::simulate(&scenario, modes, &opts) {
+        Ok(r) => r,
+        Err(e) => {
+            // Created only to check the path: an empty file would pass for a trace.
+            if let Some((path, _)) = &trace_file {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e.into());
+        }
+    };
+    if let Some((path, file)) = trace_file {
         let mut events = Vec::new();
         for (pid, r) in runs.iter().enumerate() {
             if let Some(t) = &r.trace {
@@ -74,15 +147,27 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             }
         }
         let doc = xpreempt_amd::trace::document(events);
-        std::fs::write(path, serde_json::to_vec(&doc)?)
+        serde_json::to_writer(std::io::BufWriter::new(file), &doc)
             .with_context(|| format!("writing trace {}", path.display()))?;
     }
-    for r in &runs {
-        for p in &r.problems {
-            tracing::warn!(mode = %r.mode, "{p}");
-        }
+    out.emit(&rep, || report::table(&rep) + &report::monitor_lines(&runs))?;
+    checks_passed(&rep.scenario, rep.failures())
+}
+
+/// A run that gave up, ran a kernel twice or left a task without a result is a failure,
+/// printed in the table or JSON above and in the exit status, never only in a log line.
+fn checks_passed(scenario: &str, failures: Vec<String>) -> Result<()> {
+    let Some(first) = failures.first() else {
+        return Ok(());
+    };
+    let more = match failures.len() - 1 {
+        0 => String::new(),
+        n => format!(" (and {n} more problems, listed above)"),
+    };
+    Err(ChecksFailed {
+        summary: format!("scenario {scenario}: {first}{more}"),
     }
-    out.emit(&rep, || report::table(&rep) + &report::monitor_lines(&runs))
+    .into())
 }
 
 #[derive(Serialize)]
@@ -100,10 +185,10 @@ struct Bench {
     total_workgroups_per_s: f64,
 }
 
-fn bench(out: &Output, scenario: &Scenario) -> Result<()> {
+fn bench(out: &Output, scenario: &Scenario, modes: &[Mode]) -> Result<()> {
     let mut rows = Vec::new();
     let (mut wgs, mut wall) = (0u64, 0f64);
-    for mode in Mode::ALL {
+    for &mode in modes {
         let t0 = Instant::now();
         let r = runner::run(scenario, mode, RunOptions::default())?;
         let secs = t0.elapsed().as_secs_f64();

@@ -37,12 +37,21 @@ fn sim_json_has_the_promised_shape_and_repeats_byte_for_byte() {
             keys,
             [
                 "exactly_once",
+                "gpu_utilization",
+                "kernels",
+                "kernels_per_s",
                 "latency_ratio",
+                "makespan_us",
+                "maps",
                 "mode",
                 "preempt_latency_us",
                 "preemptions",
+                "problems",
                 "resumes",
-                "tasks"
+                "runlists",
+                "tasks",
+                "tiers",
+                "unmaps"
             ]
         );
         assert!(
@@ -50,9 +59,31 @@ fn sim_json_has_the_promised_shape_and_repeats_byte_for_byte() {
                 && m["preempt_latency_us"].get("p99").is_some()
         );
         assert_eq!(m["exactly_once"], true);
+        assert_eq!(m["problems"], serde_json::json!([]));
         for t in m["tasks"].as_array().unwrap() {
             assert!(t["name"].is_string() && t["priority"].is_i64() && t["latency_us"].is_f64());
+            let p = &t["latency_pct_us"];
+            let v = |k: &str| p[k].as_f64().unwrap();
+            assert!(v("p50") <= v("p90") && v("p90") <= v("p99") && v("p99") <= v("max"));
+            assert_eq!(v("max"), t["max_latency_us"].as_f64().unwrap());
         }
+        let tiers: Vec<i64> = m["tiers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["priority"].as_i64().unwrap())
+            .collect();
+        assert_eq!(tiers, [12, 3], "highest priority first");
+        assert_eq!(m["kernels"], 150);
+        let util = m["gpu_utilization"].as_f64().unwrap();
+        assert!(util > 0.5 && util <= 1.0, "{util}");
+        let makespan = m["makespan_us"].as_f64().unwrap();
+        let kps = m["kernels_per_s"].as_f64().unwrap();
+        assert!(
+            (kps - 150.0 / (makespan / 1e6)).abs() < 1.0,
+            "{kps} {makespan}"
+        );
+        assert!(m["runlists"].as_u64().unwrap() >= 1 && m["maps"].as_u64().unwrap() >= 2);
     }
     let lv3 = modes.iter().find(|m| m["mode"] == "lv3").unwrap();
     assert!(lv3["latency_ratio"].as_f64().unwrap() > 3.0);
@@ -118,4 +149,193 @@ fn bench_reports_workgroups_per_second() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["total_workgroups_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(v["modes"].as_array().unwrap().len(), 5);
+}
+
+/// Scheme A drains with a 100 µs unmap fence while 3 ms workgroups run: the HWS hangs.
+const HANG: &str = "name = \"hang\"\n[gpu]\nunmap_timeout_us = 100.0\n\
+    [scheme_a]\ncheck_interval_us = 1000.0\nmode = \"drain\"\n\
+    [[tasks]]\nname = \"train\"\npriority = 1\nkernels = 4\n\
+    kernel = { workgroups = 2560, wg_us = 3000.0 }\n\
+    [[tasks]]\nname = \"infer\"\npriority = 9\nkernels = 2\n\
+    kernel = { workgroups = 10, wg_us = 100.0 }\narrival = { at_us = 500.0 }\n";
+
+#[test]
+fn a_mode_that_fails_its_checks_fails_the_command() {
+    let dir = tmp("fails");
+    let file = dir.join("hang.toml");
+    std::fs::write(&file, HANG).unwrap();
+    let o = xpreempt_in(&dir, &["--log", "off", "sim", file.to_str().unwrap()]);
+    let (table, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(3), "{table}\n{err}");
+    assert!(err.contains("scheme-a") && err.contains("hung"), "{err}");
+    assert!(
+        table.contains("PROBLEM scheme-a: work still outstanding"),
+        "{table}"
+    );
+    // The task that completed nothing shows no latency rather than 0.000.
+    let train = table.lines().find(|l| l.starts_with("scheme-a")).unwrap();
+    assert!(!train.contains("0.000") && train.contains(" - "), "{train}");
+    let o = xpreempt_in(
+        &dir,
+        &["--log", "off", "--json", "sim", file.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let a = v["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mode"] == "scheme-a")
+        .unwrap();
+    assert_eq!(a["exactly_once"], false);
+    assert!(a["problems"].as_array().unwrap().len() >= 3, "{a}");
+    assert!(a["tasks"][0]["latency_us"].is_null(), "{a}");
+    let none = &v["modes"][0];
+    assert_eq!(none["problems"], serde_json::json!([]));
+}
+
+#[test]
+fn arguments_are_checked_before_simulating() {
+    let dir = tmp("args");
+    let missing = dir.join("no-such-dir").join("t.json");
+    for (args, needle) in [
+        (
+            vec!["sim", "--trace", missing.to_str().unwrap()],
+            "creating trace file",
+        ),
+        (
+            vec!["sim", "--base-policy", "fifo"],
+            "--base-policy only applies",
+        ),
+        (
+            vec!["sim", "--policy", "rr", "--base-policy", "fifo"],
+            "--base-policy only applies",
+        ),
+        (vec!["sim", "--policy", "lottery"], "--policy lottery"),
+        (vec!["sim", "--policy", "missing.o"], "missing.o"),
+        (vec!["sim", "--bench", "--trace", "t.json"], "--trace"),
+    ] {
+        let t0 = std::time::Instant::now();
+        let o = xpreempt_in(&dir, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?} printed a result");
+        // A full run takes a good part of a second even in release; checks take nothing.
+        assert!(t0.elapsed().as_millis() < 2_000, "{args:?} simulated first");
+    }
+    assert!(!missing.exists() && !dir.join("t.json").exists());
+}
+
+#[test]
+fn errors_under_json_are_one_json_object_on_stdout() {
+    let dir = tmp("json-errors");
+    for (args, needle, code) in [
+        (vec!["--json", "sim", "--policy", "lottery"], "lottery", 1),
+        (
+            vec!["sim", "--json", "--base-policy", "fifo"],
+            "--base-policy",
+            1,
+        ),
+        (vec!["--json", "sim", "missing.toml"], "missing.toml", 1),
+        (vec!["--json", "sim", "--no-such-flag"], "--no-such-flag", 2),
+        (
+            vec!["--json", "demo", "--batch", "0"],
+            "batch must be at least 1",
+            1,
+        ),
+    ] {
+        let o = xpreempt_in(&dir, &args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}");
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&o.stdout)));
+        let msg = v["error"].as_str().expect("an error string");
+        assert!(msg.contains(needle), "{args:?}: {msg}");
+    }
+    // The whole chain, not only the outermost context.
+    let o = xpreempt_in(&dir, &["--json", "sim", "missing.toml"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let msg = v["error"].as_str().unwrap();
+    assert!(msg.contains("reading scenario missing.toml: "), "{msg}");
+}
+
+/// Train and a Poisson-arriving inference service, small enough for a debug build.
+const SMALL: &str = "name = \"small\"\nseed = 5\n\
+    [[tasks]]\nname = \"train\"\npriority = 1\nkernels = 8\n\
+    kernel = { workgroups = 2560, wg_us = 300.0, jitter = 0.1 }\n\
+    [[tasks]]\nname = \"serve\"\npriority = 9\nkernels = 3\n\
+    kernel = { workgroups = 80, wg_us = 100.0, jitter = 0.2 }\n\
+    arrival = { at_us = 200.0, count = 5, every_us = 1500.0, poisson = true }\n";
+
+#[test]
+fn a_seed_sweep_reports_the_spread_per_mode() {
+    let dir = tmp("sweep");
+    let file = dir.join("small.toml");
+    std::fs::write(&file, SMALL).unwrap();
+    let f = file.to_str().unwrap();
+    let o = xpreempt_in(
+        &dir,
+        &["--json", "sim", f, "--seeds", "3", "--modes", "none,lv3"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["seeds"], serde_json::json!([5, 6, 7]));
+    let modes = v["modes"].as_array().unwrap();
+    assert_eq!(modes.len(), 2);
+    for m in modes {
+        assert_eq!(m["per_seed"].as_array().unwrap().len(), 3);
+        assert_eq!(m["failed_seeds"], serde_json::json!([]));
+        for key in ["top_p99_vs_alone", "makespan_us"] {
+            let s = &m[key];
+            let x = |k: &str| s[k].as_f64().unwrap();
+            assert!(x("min") <= x("median") && x("median") <= x("max"), "{m}");
+        }
+    }
+    let ratio = |i: usize| modes[i]["top_p99_vs_alone"]["median"].as_f64().unwrap();
+    assert!(
+        ratio(1) < ratio(0),
+        "lv3 protects the top tier's tail better than none"
+    );
+    // --seed moves the window; the table has one line per mode.
+    let o = xpreempt_in(
+        &dir,
+        &["sim", f, "--seeds", "2", "--seed", "40", "--modes", "lv1"],
+    );
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && table.contains("2 seeds (40..=41)"),
+        "{table}"
+    );
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("lv1")).count(),
+        1,
+        "{table}"
+    );
+}
+
+#[test]
+fn modes_are_chosen_by_name_and_checked() {
+    let dir = tmp("modes");
+    let o = xpreempt_in(&dir, &["--json", "sim", "--modes", "lv3,scheme-a"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = v["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["lv3", "scheme-a"]);
+    let o = xpreempt_in(&dir, &["sim", "--modes", "lv1,lv4"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("unknown mode `lv4`") && err.contains("scheme-a"),
+        "{err}"
+    );
+    let o = xpreempt_in(&dir, &["sim", "--seeds", "0"]);
+    assert_eq!(o.status.code(), Some(2), "zero seeds is not a sweep");
 }

@@ -54,6 +54,11 @@ pub struct Compute {
     slots: Vec<RunningWg>,
     free_slots: Vec<u32>,
     groups: u32,
+    /// When each CU last went from idle to running something.
+    busy_since: Vec<Nanos>,
+    /// CU time spent with at least one wave resident (running or being saved), over busy
+    /// periods that have ended: what the GPU's utilization is measured from.
+    busy_ns: u128,
 }
 
 impl Compute {
@@ -66,6 +71,8 @@ impl Compute {
             slots: Vec::new(),
             free_slots: Vec::new(),
             groups: groups.max(1),
+            busy_since: vec![0; cus as usize],
+            busy_ns: 0,
         }
     }
 
@@ -79,6 +86,18 @@ impl Compute {
 
     pub fn free_total(&self) -> u64 {
         self.free_total
+    }
+
+    /// CU time with waves resident, up to `now` (CUs busy at `now` count up to it).
+    pub fn busy_ns(&self, now: Nanos) -> u128 {
+        let open: u128 = self
+            .free_waves
+            .iter()
+            .zip(&self.busy_since)
+            .filter(|(free, _)| **free < self.waves_per_cu)
+            .map(|(_, since)| u128::from(now.saturating_sub(*since)))
+            .sum();
+        self.busy_ns + open
     }
 
     pub fn group_of(&self, cu: u32) -> u32 {
@@ -103,6 +122,9 @@ impl Compute {
 
     /// Occupies wave slots and returns the slot index of the new workgroup.
     pub fn start(&mut self, wg: RunningWg) -> u32 {
+        if self.free_waves[wg.cu as usize] == self.waves_per_cu {
+            self.busy_since[wg.cu as usize] = wg.start;
+        }
         self.free_waves[wg.cu as usize] -= wg.waves;
         self.free_total -= u64::from(wg.waves);
         match self.free_slots.pop() {
@@ -128,7 +150,7 @@ impl Compute {
 
     /// Ends a running workgroup (finished or stopped). Its wave slots are returned now when
     /// `release` is set; otherwise the caller releases them later (after a state save).
-    pub fn end(&mut self, slot: u32, release: bool) -> Option<RunningWg> {
+    pub fn end(&mut self, slot: u32, release: bool, now: Nanos) -> Option<RunningWg> {
         let wg = self.slots.get_mut(slot as usize)?;
         if !wg.live {
             return None;
@@ -137,15 +159,20 @@ impl Compute {
         let wg = *wg;
         self.free_slots.push(slot);
         if release {
-            self.release(wg.cu, wg.waves);
+            self.release(wg.cu, wg.waves, now);
         }
         Some(wg)
     }
 
-    pub fn release(&mut self, cu: u32, waves: u32) {
+    pub fn release(&mut self, cu: u32, waves: u32, now: Nanos) {
         if let Some(f) = self.free_waves.get_mut(cu as usize) {
+            let was_busy = *f < self.waves_per_cu;
             *f = f.saturating_add(waves).min(self.waves_per_cu);
             self.free_total += u64::from(waves);
+            if was_busy && *f == self.waves_per_cu {
+                let since = self.busy_since[cu as usize];
+                self.busy_ns += u128::from(now.saturating_sub(since));
+            }
         }
     }
 
@@ -191,10 +218,30 @@ mod tests {
         let s = c.start(wg(b, 8));
         assert_eq!(c.find_cu(1, Some(&mask)), None);
         assert!(c.find_cu(8, None).is_some());
-        let ended = c.end(s, true).unwrap();
+        let ended = c.end(s, true, 1).unwrap();
         assert_eq!(ended.cu, b);
-        assert!(c.end(s, true).is_none(), "a workgroup ends once");
+        assert!(c.end(s, true, 1).is_none(), "a workgroup ends once");
         assert_eq!(c.find_cu(8, Some(&mask)), Some(b));
         assert_eq!((c.group_of(0), c.group_of(3)), (0, 1));
+    }
+
+    #[test]
+    fn busy_time_counts_each_cu_once_while_any_wave_is_resident() {
+        let mut c = Compute::new(2, 8, 1);
+        let at = |cu, waves, start| RunningWg {
+            start,
+            ..wg(cu, waves)
+        };
+        let a = c.start(at(0, 4, 10));
+        let b = c.start(at(0, 4, 20));
+        assert_eq!(c.busy_ns(30), 20, "two workgroups on one CU: one CU busy");
+        c.end(a, true, 40);
+        c.end(b, true, 50);
+        // Waves stopped for a save stay resident until they are released.
+        let s = c.start(at(1, 2, 50));
+        c.end(s, false, 60);
+        assert_eq!(c.busy_ns(70), 40 + 20);
+        c.release(1, 2, 80);
+        assert_eq!(c.busy_ns(1_000), 40 + 30);
     }
 }

@@ -114,7 +114,7 @@ impl Gpu {
         let mut saved = Vec::new();
         if mode != DestroyMode::Drain {
             for slot in live {
-                let Some(wg) = self.compute.end(slot, false) else {
+                let Some(wg) = self.compute.end(slot, false, now) else {
                     continue;
                 };
                 if let Some(t) = self.trace.as_mut() {
@@ -250,7 +250,7 @@ impl Gpu {
             After::Waiting => MqdState::Waiting,
         };
         for (cu, waves) in u.hold {
-            self.compute.release(cu, waves);
+            self.compute.release(cu, waves, self.now);
         }
         if let Some(slot) = slot
             && let Err(e) = self.cpsch.deallocate(slot)

@@ -223,6 +223,12 @@ impl Gpu {
         &self.stats
     }
 
+    /// CU time with at least one wave resident (running, or stopped and being saved), up to
+    /// now: busy CU time over `cus × elapsed` is the GPU's utilization.
+    pub fn cu_busy_ns(&self) -> u128 {
+        self.compute.busy_ns(self.now)
+    }
+
     pub fn transitions(&self) -> &[TransitionRecord] {
         &self.transitions
     }

@@ -125,7 +125,7 @@ impl Gpu {
         self.owned(caller, queue, "destroy")?;
         let now = self.now;
         for slot in self.compute.live_of(queue.0) {
-            if let Some(wg) = self.compute.end(slot, true)
+            if let Some(wg) = self.compute.end(slot, true, now)
                 && let Some(t) = self.trace.as_mut()
             {
                 t.wg_end(self.compute.group_of(wg.cu), queue.0, now);

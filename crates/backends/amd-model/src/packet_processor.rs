@@ -245,7 +245,7 @@ impl Gpu {
         {
             return;
         }
-        let Some(wg) = self.compute.end(slot, true) else {
+        let Some(wg) = self.compute.end(slot, true, self.now) else {
             return;
         };
         let now = self.now;

@@ -6,3 +6,4 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod scheme_b;
+pub mod sweep;

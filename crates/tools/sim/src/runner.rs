@@ -4,7 +4,7 @@
 //! - `scheme-a`: the same, plus the seed's monitor loop.
 //! - `lv1`, `lv2`, `lv3`: Scheme B, the core scheduler and XQueues at that level.
 
-use crate::scenario::{RUN_SLACK_NS, Scenario, ScenarioError};
+use crate::scenario::{Scenario, ScenarioError};
 use crate::scheme_b::{SchemeB, SchemeBError};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -49,6 +49,22 @@ impl Mode {
             Mode::Lv3 => Some(Level::Lv3),
             Mode::None | Mode::SchemeA => None,
         }
+    }
+}
+
+/// A mode name that is none of [`Mode::ALL`].
+#[derive(Debug, Error)]
+#[error("unknown mode `{0}`; known modes: none, lv1, scheme-a, lv2, lv3")]
+pub struct UnknownMode(pub String);
+
+impl std::str::FromStr for Mode {
+    type Err = UnknownMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownMode(s.to_string()))
     }
 }
 
@@ -123,6 +139,10 @@ pub struct ModeRun {
     pub problems: Vec<String>,
     pub stats: GpuStats,
     pub end: Nanos,
+    /// When the first request arrived: the makespan runs from here to `end`.
+    pub first_arrival: Nanos,
+    /// CU time with waves resident (see [`Gpu::cu_busy_ns`]).
+    pub cu_busy_ns: u128,
     pub trace: Option<TraceBuf>,
     /// Scheme A's own counters, and its resume latency (ns).
     pub monitor: Option<(xpreempt_amd::scheme_a::MonitorStats, Histogram)>,
@@ -219,20 +239,8 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         })
         .collect();
     let mut problems = Vec::new();
-    // Validation keeps this below 2^62 ns (`Scenario::horizon_ns`); checked all the same.
-    let limit = scenario
-        .tasks
-        .iter()
-        .try_fold(0u64, |sum, t| {
-            u64::from(t.arrival.count)
-                .checked_mul(u64::from(t.kernels))?
-                .checked_mul(u64::from(t.kernel.workgroups))?
-                .checked_mul(us(t.kernel.wg_us))?
-                .checked_add(sum)
-        })
-        .and_then(|serial_work| serial_work.checked_add(arrivals.last().map_or(0, |a| a.0)))
-        .and_then(|t| t.checked_add(RUN_SLACK_NS))
-        .ok_or(RunError::Clock { mode })?;
+    // Validation keeps this below 2^62 ns; checked all the same.
+    let limit = Nanos::try_from(scenario.horizon_ns()).map_err(|_| RunError::Clock { mode })?;
 
     loop {
         let done = next_arrival == arrivals.len() && outstanding.iter().all(|o| o.is_empty());
@@ -396,6 +404,8 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         problems,
         stats: gpu.stats().clone(),
         end: gpu.now(),
+        first_arrival: arrivals.first().map_or(0, |a| a.0),
+        cu_busy_ns: gpu.cu_busy_ns(),
         trace: gpu.take_trace(),
         monitor: monitor.map(|m| (m.stats, m.resume_latency)),
     })

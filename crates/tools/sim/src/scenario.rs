@@ -34,8 +34,9 @@
 //!   (`arrival.count × kernels × kernel.workgroups`);
 //! - the longest run the scenario can make must end before 2^62 ns: the latest arrival
 //!   (`at_us + (count - 1) × every_us`, with `every_us` × [`POISSON_MAX_GAP`] for poisson
-//!   arrivals), plus every workgroup's `wg_us` back to back, plus 1 s — the point where the
-//!   runner gives up on outstanding work ([`Scenario::horizon_ns`]);
+//!   arrivals), plus [`WORK_SLACK`] × every workgroup's `wg_us` back to back, plus one HWS
+//!   rotation per kernel, plus 1 s — the point where the runner gives up on outstanding work
+//!   ([`Scenario::horizon_ns`]);
 //! - Scheme A's monitor and the HWS quantum tick at most [`MAX_TICKS`] times over that run
 //!   (`horizon / check_interval_us`, `horizon / quantum_us`).
 
@@ -65,6 +66,9 @@ pub const MAX_TICKS: u64 = 1_000_000_000;
 pub const POISSON_MAX_GAP: f64 = 37.0;
 /// The runner gives up on work still outstanding this long after it should have finished.
 pub const RUN_SLACK_NS: Nanos = 1_000_000_000;
+/// Serial work (every workgroup back to back on one slot) is already far more than a run
+/// needs; the factor covers jitter and workgroups that RESET kills and runs again.
+pub const WORK_SLACK: u128 = 2;
 
 #[derive(Debug, Error)]
 pub enum ScenarioError {
@@ -388,7 +392,9 @@ impl Scenario {
         )?;
         let horizon = self.horizon_ns();
         self.before_the_limit(
-            "the longest run (latest arrival + every workgroup's wg_us back to back + 1 s)".into(),
+            "the longest run (latest arrival + 2 × every workgroup's wg_us back to back + one HWS \
+             rotation per kernel + 1 s)"
+                .into(),
             horizon,
         )?;
         for (field, interval_us) in [
@@ -424,9 +430,16 @@ impl Scenario {
         (u128::from(us(a.at_us)) + n * u128::from(gap), how)
     }
 
-    /// The longest run this scenario can make, in ns: the latest possible arrival, plus every
-    /// workgroup's time back to back, plus [`RUN_SLACK_NS`]. The runner stops there at the
-    /// latest; validation keeps it below 2^62 ns.
+    /// The longest run this scenario can make, in ns: the latest possible arrival, plus
+    /// [`WORK_SLACK`] × every workgroup's time back to back, plus one full HWS rotation per
+    /// kernel, plus [`RUN_SLACK_NS`]. The runner gives up there; validation keeps it below
+    /// 2^62 ns.
+    ///
+    /// The rotation term is what oversubscription can cost: a queue that goes idle between
+    /// kernels (lv1 launches one at a time) may lose its HQD and wait for every other queue to
+    /// get a quantum before it is mapped again — `ceil(queues / HQD slots)` quanta, each with a
+    /// runlist, a doorbell and the longest CWSR save. With 1000 queues or a 100 ms quantum that
+    /// is seconds, far past a fixed slack.
     pub fn horizon_ns(&self) -> u128 {
         let last = self
             .tasks
@@ -444,8 +457,27 @@ impl Scenario {
                     .saturating_mul(u128::from(us(t.kernel.wg_us)))
             })
             .fold(0, u128::saturating_add);
-        last.saturating_add(serial)
+        let commands: u128 = self
+            .tasks
+            .iter()
+            .map(|t| u128::from(t.arrival.count).saturating_mul(u128::from(t.kernels)))
+            .fold(0, u128::saturating_add);
+        last.saturating_add(serial.saturating_mul(WORK_SLACK))
+            .saturating_add(commands.saturating_mul(self.rotation_ns()))
             .saturating_add(u128::from(RUN_SLACK_NS))
+    }
+
+    /// The longest an idle queue can wait to be mapped again: every queue ahead of it gets one
+    /// quantum, `ceil(queues / HQD slots)` of them, each with its map and unmap costs.
+    pub fn rotation_ns(&self) -> u128 {
+        let slots = self.gpu.topology.user_slots().max(1) as usize;
+        let rounds = self.tasks.len().div_ceil(slots).max(1) as u128;
+        let g = &self.gpu;
+        let per_round = [g.quantum_us, g.runlist_us, g.doorbell_us, g.cwsr.max_us]
+            .into_iter()
+            .map(|t| u128::from(us(t)))
+            .sum::<u128>();
+        rounds.saturating_mul(per_round)
     }
 
     /// Every request's arrival time, as (time, task index), in time order (ties by task).

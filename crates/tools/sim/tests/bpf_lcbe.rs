@@ -27,6 +27,7 @@ fn infer_latency(r: &SimReport, mode: &str) -> f64 {
         .find(|t| t.name == "infer")
         .expect("infer task")
         .latency_us
+        .expect("infer completed")
 }
 
 /// task_type_map as the seed's config tool would set it: infer (queue 1) LC, train (queue 0) BE.

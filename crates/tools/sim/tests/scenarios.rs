@@ -39,13 +39,16 @@ fn a_cu_partition_isolates_but_halves_the_gpu() {
     let (r, _) = simulate(&part, &[Mode::None], &SimOptions::default()).unwrap();
     let infer = r.modes[0].tasks.iter().find(|t| t.name == "infer").unwrap();
     // Alone on half the CUs it is as slow as with the partition: nothing else interferes...
-    assert!((infer.latency_us - infer.standalone_us).abs() < 0.01 * infer.standalone_us);
+    assert!(
+        (infer.latency_us.unwrap() - infer.standalone_us.unwrap()).abs()
+            < 0.01 * infer.standalone_us.unwrap()
+    );
     let full = Scenario::default_scenario().unwrap();
     let (f, _) = simulate(&full, &[Mode::Lv3], &SimOptions::default()).unwrap();
     let lv3 = f.modes[0].tasks.iter().find(|t| t.name == "infer").unwrap();
     // ...but preemption on the whole GPU answers far sooner.
     assert!(
-        lv3.latency_us * 1.5 < infer.latency_us,
+        lv3.latency_us.unwrap() * 1.5 < infer.latency_us.unwrap(),
         "lv3 {lv3:?} vs partition {infer:?}"
     );
 }
