@@ -36,6 +36,17 @@ lv3)
 tests)
   XPREEMPT_BIN=$XP XPREEMPT_SHIM=$SHIM timeout 180 $C/gpu-tests --ignored --test-threads=1 --nocapture 2>&1 | tee $R/gpu-tests.txt
   timeout 120 $C/cuda-conformance --ignored --test-threads=1 --nocapture 2>&1 | tee $R/cuda-conformance.txt ;;
+daemon)
+  # Global mode's decision latency (CPU only) on this idle 16-core machine: 2, 8, 64 clients.
+  for n in 2 8 64; do for spin in 50 500; do
+    timeout 120 $XP --json bench-daemon --clients $n --samples ${SAMPLES:-3000} --spin-us $spin --out $R/bench-daemon-c$n-s$spin.json > /dev/null || echo "bench-daemon $n $spin failed"
+  done; done
+  cat $R/bench-daemon-*.json ;;
+sched)
+  # The scheduler path (LocalScheduler through the one driver loop) next to the direct suspend.
+  S=lc-alone,be-alone,be-alone-xp,xp-lv2-1proc,xp-sched-lv2-1proc
+  timeout 120 $XP bench lcbe --scenarios $S --label sched --out $R/lcbe-sched.json
+  timeout 120 $XP bench lcbe --scenarios $S --persistent --label sched --out $R/lcbe-sched-persistent.json ;;
 latency)
   timeout 200 $XP --json bench latency --trials ${TRIALS:-15} --out $R/latency.json --svg $R/latency.svg > /dev/null ;;
 smoke)
