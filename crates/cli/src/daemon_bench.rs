@@ -31,6 +31,9 @@ pub struct Args {
     /// How long the daemon's fast-path threads spin before sleeping (µs).
     #[arg(long, default_value_t = 50)]
     spin_us: u64,
+    /// How long the agents' control threads spin before sleeping (µs).
+    #[arg(long, default_value_t = 20)]
+    agent_spin_us: u64,
     /// How long to watch the idle daemon's CPU use (s).
     #[arg(long, default_value_t = 3.0)]
     idle_secs: f64,
@@ -44,6 +47,7 @@ struct Result_ {
     clients: u32,
     samples: usize,
     spin_us: u64,
+    agent_spin_us: u64,
     ready_to_suspend_us: Percentiles,
     daemon_cpu_idle_pct: f64,
     daemon_cpu_load_pct: f64,
@@ -181,10 +185,11 @@ fn decl(device: u32, priority: i32, level: Level) -> Declaration {
     }
 }
 
-fn agent(socket: &Path, name: &str) -> Result<Agent> {
+fn agent(socket: &Path, name: &str, spin_us: u64) -> Result<Agent> {
     let a = Agent::start(Options {
         socket: socket.to_path_buf(),
         name: name.into(),
+        spin: Duration::from_micros(spin_us),
         ..Options::default()
     })?;
     if !a.is_remote() {
@@ -241,7 +246,11 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
                 .context("starting a client process")?,
         ));
     }
-    let (low_agent, high_agent) = (agent(&socket, "bench-low")?, agent(&socket, "bench-high")?);
+    let spin = args.agent_spin_us;
+    let (low_agent, high_agent) = (
+        agent(&socket, "bench-low", spin)?,
+        agent(&socket, "bench-high", spin)?,
+    );
     let busy = Arc::new(Busy::default());
     let epoch = Instant::now();
     let low = low_agent.queue(
@@ -295,6 +304,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         clients: args.clients,
         samples: samples.len(),
         spin_us: args.spin_us,
+        agent_spin_us: args.agent_spin_us,
         ready_to_suspend_us: Percentiles {
             p50: pick(0.5),
             p99: pick(0.99),
@@ -311,9 +321,10 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
     }
     out.emit(&r, || {
         format!(
-            "daemon decision latency, {} clients, spin {} µs, {} samples\nReady -> remote Suspend applied: p50 {:.1} µs  p99 {:.1} µs  p99.9 {:.1} µs  max {:.1} µs\ndaemon CPU: idle {:.2} % of a core, under load {:.1} %\n",
+            "daemon decision latency, {} clients, spin {} µs (agents {} µs), {} samples\nReady -> remote Suspend applied: p50 {:.1} µs  p99 {:.1} µs  p99.9 {:.1} µs  max {:.1} µs\ndaemon CPU: idle {:.2} % of a core, under load {:.1} %\n",
             r.clients,
             r.spin_us,
+            r.agent_spin_us,
             r.samples,
             r.ready_to_suspend_us.p50,
             r.ready_to_suspend_us.p99,
@@ -380,7 +391,7 @@ pub struct ClientArgs {
 
 /// A background client of the benchmark: one queue that gets a short burst every 10 ms.
 pub fn client(args: &ClientArgs) -> Result<()> {
-    let a = agent(&args.socket, "bench-client")?;
+    let a = agent(&args.socket, "bench-client", 20)?;
     let q = a.queue(
         decl(1, args.priority, Level::Lv1),
         QueueConfig::new(4, 2, Level::Lv1)?,

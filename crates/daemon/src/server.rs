@@ -4,6 +4,7 @@
 use crate::state::{Refusal, SchedulerFactory, State};
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -112,6 +113,9 @@ impl Shared {
 /// A running daemon; dropping it (or [`Daemon::stop`]) shuts it down and removes the socket.
 pub struct Daemon {
     shared: Arc<Shared>,
+    /// The listening socket, kept to wake the accept loop at shutdown even if the socket file
+    /// is gone.
+    listener: UnixListener,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -145,6 +149,10 @@ impl Daemon {
     pub fn start(config: Config) -> Result<Self, DaemonError> {
         let state = State::new(scheduler_factory(&config.policy)?);
         let listener = bind(&config)?;
+        let wake = listener.try_clone().map_err(|source| DaemonError::Socket {
+            path: config.socket.clone(),
+            source,
+        })?;
         let metrics = match config.metrics {
             Some(addr) => Some(
                 std::net::TcpListener::bind(addr)
@@ -182,7 +190,11 @@ impl Daemon {
             )?);
         }
         tracing::info!(socket = %shared.config.socket.display(), policy = ?shared.config.policy, "xpreemptd serving");
-        Ok(Self { shared, threads })
+        Ok(Self {
+            shared,
+            listener: wake,
+            threads,
+        })
     }
 
     pub fn socket(&self) -> &Path {
@@ -211,6 +223,8 @@ impl Daemon {
         }
         self.shared.ticker.notify_all();
         // Unblock the accept loop and the metrics listener, and close every connection.
+        // SAFETY: shutdown(2) on a listening socket this daemon owns; accept then returns.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
         let _ = UnixStream::connect(&self.shared.config.socket);
         for c in self
             .shared
@@ -273,6 +287,8 @@ fn accept(shared: &Arc<Shared>, listener: UnixListener) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(%e, "accept");
+                // Out of descriptors, say: give the system a moment instead of spinning.
+                std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
         };
@@ -471,9 +487,7 @@ fn handle(shared: &Shared, id: u64, cred: Cred, msg: ClientMsg) -> Option<Daemon
         ClientMsg::SetPriority { target, priority } => {
             answer(st.set_priority(cred, target, priority))
         }
-        ClientMsg::SetHints { queue, hints } => {
-            answer(st.set_hints(cred, queue, hints).map(|()| 1))
-        }
+        ClientMsg::SetHints { target, hints } => answer(st.set_hints(cred, target, hints)),
         ClientMsg::List => DaemonMsg::List(st.list()),
         ClientMsg::Stats => DaemonMsg::Stats(st.stats()),
     };

@@ -267,14 +267,19 @@ impl State {
         Ok(queues.len() as u32)
     }
 
+    /// Replaces the hints (deadline, share, timeslice, LC/BE) of a process's queues or of one.
     pub fn set_hints(
         &mut self,
         who: Cred,
-        queue: QueueId,
+        target: Target,
         hints: xpreempt_core::Hints,
-    ) -> Result<(), Refusal> {
-        self.check_permission(who, &[queue])?;
-        self.event_any(queue, SchedEvent::Hints { queue, hints })
+    ) -> Result<u32, Refusal> {
+        let queues = self.targets(target)?;
+        self.check_permission(who, &queues)?;
+        for &q in &queues {
+            self.event_any(q, SchedEvent::Hints { queue: q, hints })?;
+        }
+        Ok(queues.len() as u32)
     }
 
     fn event_any(&mut self, queue: QueueId, event: SchedEvent) -> Result<(), Refusal> {

@@ -63,7 +63,7 @@ pub enum ClientMsg {
         priority: Priority,
     },
     SetHints {
-        queue: QueueId,
+        target: Target,
         hints: Hints,
     },
     List,

@@ -6,7 +6,7 @@ use crate::msg::{ClientMsg, DaemonMsg, DaemonStats, QueueRow, Role, Target};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
-use xpreempt_types::Priority;
+use xpreempt_types::{Hints, Priority};
 
 #[derive(Debug, Error)]
 pub enum OperatorError {
@@ -67,6 +67,14 @@ impl Operator {
     pub fn stats(&mut self) -> Result<DaemonStats, OperatorError> {
         match self.ask(&ClientMsg::Stats)? {
             DaemonMsg::Stats(s) => Ok(s),
+            _ => Err(OperatorError::Unexpected),
+        }
+    }
+
+    /// Returns how many queues changed.
+    pub fn set_hints(&mut self, target: Target, hints: Hints) -> Result<u32, OperatorError> {
+        match self.ask(&ClientMsg::SetHints { target, hints })? {
+            DaemonMsg::Done { changed } => Ok(changed),
             _ => Err(OperatorError::Unexpected),
         }
     }

@@ -98,7 +98,8 @@ pub struct Options {
     /// The policy of the local scheduler used while no daemon answers.
     pub local_policy: String,
     pub name: String,
-    /// How long the control thread spins on its doorbell before sleeping.
+    /// How long the control thread spins on its doorbell before sleeping
+    /// (`XPREEMPT_AGENT_SPIN_US`, default 20 µs): longer answers the daemon sooner and costs CPU.
     pub spin: Duration,
 }
 
@@ -115,7 +116,12 @@ impl Default for Options {
                         .map(|n| n.to_string_lossy().into_owned())
                 })
                 .unwrap_or_else(|| "process".into()),
-            spin: Duration::from_micros(20),
+            spin: Duration::from_micros(
+                std::env::var("XPREEMPT_AGENT_SPIN_US")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(20),
+            ),
         }
     }
 }
