@@ -7,6 +7,7 @@ mod ops;
 mod output;
 mod policy;
 mod sim;
+mod top;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -48,6 +49,8 @@ enum Command {
     Stats(ops::Conn),
     /// Change the priority of a process's queues (PID) or of one queue (q7).
     SetPriority(ops::SetPriority),
+    /// A live view of the daemon's queues (`--json`: one snapshot, then exit).
+    Top(top::Args),
 }
 
 fn main() -> Result<()> {
@@ -67,5 +70,6 @@ fn main() -> Result<()> {
         Command::List(conn) => ops::list(&out, &conn),
         Command::Stats(conn) => ops::stats(&out, &conn),
         Command::SetPriority(args) => ops::set_priority(&out, &args),
+        Command::Top(args) => top::run(&out, args),
     }
 }
