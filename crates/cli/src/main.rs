@@ -9,6 +9,7 @@ mod ops;
 mod output;
 mod policy;
 mod sim;
+mod top;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -58,6 +59,8 @@ enum Command {
     /// A background client of `bench-daemon`.
     #[command(hide = true)]
     BenchClient(daemon_bench::ClientArgs),
+    /// A live view of the daemon's queues (`--json`: one snapshot, then exit).
+    Top(top::Args),
 }
 
 fn main() -> ExitCode {
@@ -105,5 +108,6 @@ fn run(cli: Cli) -> Result<()> {
         Command::SetPriority(args) => ops::set_priority(&out, &args),
         Command::BenchDaemon(args) => daemon_bench::run(&out, &args),
         Command::BenchClient(args) => daemon_bench::client(&args),
+        Command::Top(args) => top::run(&out, args),
     }
 }
