@@ -153,11 +153,15 @@ impl Daemon {
             path: config.socket.clone(),
             source,
         })?;
+        let mut config = config;
         let metrics = match config.metrics {
-            Some(addr) => Some(
-                std::net::TcpListener::bind(addr)
-                    .map_err(|source| DaemonError::Metrics { addr, source })?,
-            ),
+            Some(addr) => {
+                let l = std::net::TcpListener::bind(addr)
+                    .map_err(|source| DaemonError::Metrics { addr, source })?;
+                // Port 0 picks a free port: remember the one the system gave.
+                config.metrics = l.local_addr().ok();
+                Some(l)
+            }
             None => None,
         };
         let shared = Arc::new(Shared {
@@ -199,6 +203,11 @@ impl Daemon {
 
     pub fn socket(&self) -> &Path {
         &self.shared.config.socket
+    }
+
+    /// Where the Prometheus metrics are served, if they are.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.shared.config.metrics
     }
 
     pub fn stats(&self) -> xpreempt_ipc::msg::DaemonStats {

@@ -110,3 +110,31 @@ fn when_the_daemon_is_killed_agents_resume_their_queues_run_locally_and_come_bac
     d2.kill().unwrap();
     let _ = d2.wait();
 }
+
+#[test]
+fn prometheus_metrics_show_devices_and_queues() {
+    use std::io::{Read, Write};
+    let sock = socket("metrics");
+    let mut c = xpreempt_daemon::Config::new(sock.clone());
+    c.metrics = Some("127.0.0.1:0".parse().unwrap());
+    let d = xpreempt_daemon::Daemon::start(c).unwrap();
+    let dev = Device::new();
+    let a = agent(&sock, "metered");
+    let q = queue(&a, &dev, 4);
+    q.submit(kernel(1, 1_000)).unwrap();
+    q.wait_all().unwrap();
+    let mut conn = std::net::TcpStream::connect(d.metrics_addr().unwrap()).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.0 200 OK"), "{body}");
+    for needle in [
+        "# TYPE xpreempt_preemptions_total counter",
+        "xpreempt_queues{device=\"0\",policy=\"hpf\"} 1",
+        "xpreempt_queue_priority{device=\"0\",queue=\"0\"",
+        "process=\"metered\"} 4",
+        "xpreempt_clients 1",
+    ] {
+        assert!(body.contains(needle), "missing {needle:?} in\n{body}");
+    }
+}
