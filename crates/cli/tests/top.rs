@@ -5,13 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use xpreempt_agent::{Agent, Declaration, Options};
 use xpreempt_core::xqueue::threaded::SharedXQueue;
 use xpreempt_core::{Command as GpuCommand, CommandProps, Hints, Level, QueueConfig};
 use xpreempt_daemon::{Config, Daemon};
-use xpreempt_hal::reference::{RefDevice, RefKernel, RefQueue};
+use xpreempt_hal::reference::{RefDevice, RefKernel, RefQueue, WallClock};
 
 /// A tmux server of our own, so the test neither sees nor disturbs the user's sessions.
 struct Tmux {
@@ -74,27 +73,14 @@ impl Drop for Tmux {
 /// A reference device whose clock follows the wall clock until dropped.
 struct Device {
     dev: RefDevice,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _clock: WallClock,
 }
 
 impl Device {
     fn new() -> Self {
         let dev = RefDevice::new();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (d, s) = (dev.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let t = Instant::now();
-            while !s.load(Ordering::Relaxed) {
-                d.advance_to(t.elapsed().as_nanos() as u64);
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        });
-        Self {
-            dev,
-            stop,
-            thread: Some(thread),
-        }
+        let _clock = WallClock::start(&dev);
+        Self { dev, _clock }
     }
 
     fn queue(&self, agent: &Agent, priority: i32) -> Arc<SharedXQueue<RefQueue>> {
@@ -112,15 +98,6 @@ impl Device {
                 self.dev.create_queue(Level::Lv2),
             )
             .expect("queue registers")
-    }
-}
-
-impl Drop for Device {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -183,7 +160,14 @@ fn top_shows_the_queues_live_sorts_on_keys_waits_for_the_daemon_and_quits_cleanl
     );
     let o = xpreempt(&["--json", "top", "--socket", sock_s]);
     assert!(!o.status.success(), "a snapshot without a daemon");
-    assert!(String::from_utf8_lossy(&o.stderr).contains("no xpreempt daemon"));
+    // Under --json the error is a JSON object on stdout, like every subcommand's.
+    let err: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON error");
+    assert!(
+        err["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no xpreempt daemon")),
+        "{err}"
+    );
 
     // The shell around `top` records its exit status and the tty settings before and after.
     let (before, after, status) = (dir.join("before"), dir.join("after"), dir.join("status"));

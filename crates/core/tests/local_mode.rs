@@ -12,7 +12,7 @@ use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue, TrySubmitError}
 use xpreempt_core::{
     Command, CommandProps, HwQueue, Level, OpKind, QueueConfig, QueueId, XQueue, policy,
 };
-use xpreempt_hal::reference::{RefDevice, RefKernel};
+use xpreempt_hal::reference::{RefDevice, RefKernel, WallClock};
 
 const BE_KERNELS: u64 = 100;
 
@@ -36,39 +36,6 @@ fn queue(
         )
         .unwrap();
     shared
-}
-
-/// Moves the reference device's virtual clock along with the wall clock until dropped.
-struct WallClock {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl WallClock {
-    fn start(dev: &RefDevice) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (dev, flag) = (dev.clone(), Arc::clone(&stop));
-        let thread = std::thread::spawn(move || {
-            let start = Instant::now();
-            while !flag.load(Ordering::Relaxed) {
-                dev.advance_to(start.elapsed().as_nanos() as u64);
-                std::thread::sleep(Duration::from_micros(20));
-            }
-        });
-        Self {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for WallClock {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 fn kernel(block_ns: u64) -> Command<RefKernel> {

@@ -338,6 +338,41 @@ impl HwQueue for RefQueue {
     }
 }
 
+/// Moves a device's virtual clock along with the wall clock (every 50 µs) until dropped: for
+/// tests of threaded queues, schedulers and daemons that run in real time.
+pub struct WallClock {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WallClock {
+    pub fn start(device: &RefDevice) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let (dev, flag) = (device.clone(), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            while !flag.load(Ordering::Relaxed) {
+                dev.advance_to(start.elapsed().as_nanos() as Nanos);
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for WallClock {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

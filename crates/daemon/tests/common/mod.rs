@@ -4,13 +4,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use xpreempt_agent::{Agent, Declaration, Options};
 use xpreempt_core::xqueue::threaded::SharedXQueue;
 use xpreempt_core::{Command, CommandProps, Hints, Level, QueueConfig};
 use xpreempt_daemon::{Config, Daemon};
-use xpreempt_hal::reference::{RefDevice, RefKernel, RefQueue};
+use xpreempt_hal::reference::{RefDevice, RefKernel, RefQueue, WallClock};
 use xpreempt_ipc::msg::{ClientMsg, DaemonMsg, QueueRow};
 
 pub fn socket(name: &str) -> PathBuf {
@@ -34,39 +33,17 @@ pub fn agent(socket: &Path, name: &str) -> Agent {
     .expect("agent starts")
 }
 
-/// A reference device whose clock follows the wall clock until dropped.
+/// A reference device whose clock follows the wall clock while this lives.
 pub struct Device {
     pub dev: RefDevice,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _clock: WallClock,
 }
 
 impl Device {
     pub fn new() -> Self {
         let dev = RefDevice::new();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (d, s) = (dev.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let t = Instant::now();
-            while !s.load(Ordering::Relaxed) {
-                d.advance_to(t.elapsed().as_nanos() as u64);
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        });
-        Self {
-            dev,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Device {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let _clock = WallClock::start(&dev);
+        Self { dev, _clock }
     }
 }
 
