@@ -198,6 +198,10 @@ impl BpfHooks {
 }
 
 impl Hooks for BpfHooks {
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn task_init(&mut self, info: &mut QueueInfo) {
         self.run_task_init(info);
         self.queues.insert(

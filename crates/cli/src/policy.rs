@@ -20,6 +20,13 @@ pub struct Args {
     /// Where the installed policy and pinned maps live.
     #[arg(long, global = true, env = "XPREEMPT_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// Read and write the maps of the program the running daemon executes (live) instead of the
+    /// state directory's pinned maps.
+    #[arg(long, global = true)]
+    daemon: bool,
+    /// The daemon's socket (with --daemon).
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -56,6 +63,34 @@ enum MapCmd {
 }
 
 pub fn run(out: &Output, args: &Args) -> Result<()> {
+    if args.daemon {
+        let path = args
+            .socket
+            .clone()
+            .unwrap_or_else(xpreempt_ipc::default_socket);
+        let mut op = xpreempt_ipc::operator::Operator::connect(&path)?;
+        return match &args.command {
+            Cmd::Map { command } => live_map(out, &mut op, command),
+            Cmd::Show => {
+                let maps = op.policy_maps()?;
+                out.emit(&maps, || {
+                    maps.iter()
+                        .map(|m| {
+                            format!(
+                                "device {}  {}  {} entries\n",
+                                m.device,
+                                m.map,
+                                m.entries.len()
+                            )
+                        })
+                        .collect()
+                })
+            }
+            Cmd::Load { .. } => bail!(
+                "a running daemon's program is chosen when it starts: `xpreempt daemon --policy FILE.o`"
+            ),
+        };
+    }
     let state = args
         .state_dir
         .clone()
@@ -252,6 +287,76 @@ fn map(out: &Output, state: &StateDir, cmd: &MapCmd) -> Result<()> {
             out.emit(&serde_json::json!({ "deleted": show_bytes(&k) }), || {
                 format!("{map}[{}] deleted\n", show_bytes(&k))
             })
+        }
+    }
+}
+
+/// `policy --daemon map …`: the live maps of the daemon's program (one per device).
+fn live_map(out: &Output, op: &mut xpreempt_ipc::operator::Operator, cmd: &MapCmd) -> Result<()> {
+    let maps = op.policy_maps()?;
+    let name = match cmd {
+        MapCmd::Dump { map }
+        | MapCmd::Get { map, .. }
+        | MapCmd::Set { map, .. }
+        | MapCmd::Delete { map, .. } => map,
+    };
+    let Some(first) = maps.iter().find(|m| &m.map == name) else {
+        bail!("the daemon's program has no map `{name}` (or no device runs one yet)");
+    };
+    let (key_size, value_size) = (first.key_size, first.value_size);
+    match cmd {
+        MapCmd::Dump { .. } => {
+            #[derive(Serialize)]
+            struct Row {
+                device: u32,
+                #[serde(flatten)]
+                entry: Entry,
+            }
+            let rows: Vec<Row> = maps
+                .iter()
+                .filter(|m| &m.map == name)
+                .flat_map(|m| {
+                    m.entries.iter().map(|(k, v)| Row {
+                        device: m.device,
+                        entry: entry(k, v),
+                    })
+                })
+                .collect();
+            out.emit(&rows, || {
+                rows.iter()
+                    .map(|r| format!("device {}\t{}\t{}\n", r.device, r.entry.key, r.entry.value))
+                    .collect()
+            })
+        }
+        MapCmd::Get { key, .. } => {
+            let k = parse_bytes(key, key_size).context("key")?;
+            let found: Vec<Entry> = maps
+                .iter()
+                .filter(|m| &m.map == name)
+                .filter_map(|m| m.entries.iter().find(|(mk, _)| *mk == k))
+                .map(|(k, v)| entry(k, v))
+                .collect();
+            let Some(e) = found.first() else {
+                bail!("{name}: no entry {key}");
+            };
+            out.emit(e, || format!("{}\n", e.value))
+        }
+        MapCmd::Set { key, value, .. } => {
+            let k = parse_bytes(key, key_size).context("key")?;
+            let v = parse_bytes(value, value_size).context("value")?;
+            let n = op.policy_map_update(name, k.clone(), Some(v.clone()))?;
+            let e = entry(&k, &v);
+            out.emit(&e, || {
+                format!("{name}[{}] = {} on {n} device(s)\n", e.key, e.value)
+            })
+        }
+        MapCmd::Delete { key, .. } => {
+            let k = parse_bytes(key, key_size).context("key")?;
+            let n = op.policy_map_update(name, k.clone(), None)?;
+            out.emit(
+                &serde_json::json!({ "deleted": show_bytes(&k), "devices": n }),
+                || format!("{name}[{}] deleted on {n} device(s)\n", show_bytes(&k)),
+            )
         }
     }
 }

@@ -497,6 +497,10 @@ fn handle(shared: &Shared, id: u64, cred: Cred, msg: ClientMsg) -> Option<Daemon
             answer(st.set_priority(cred, target, priority))
         }
         ClientMsg::SetHints { target, hints } => answer(st.set_hints(cred, target, hints)),
+        ClientMsg::PolicyMaps => DaemonMsg::PolicyMaps(st.policy_maps()),
+        ClientMsg::PolicyMapUpdate { map, key, value } => {
+            answer(st.policy_map_update(cred, &map, &key, value.as_deref()))
+        }
         ClientMsg::List => DaemonMsg::List(st.list()),
         ClientMsg::Stats => DaemonMsg::Stats(st.stats()),
     };

@@ -10,7 +10,7 @@ use thiserror::Error;
 use xpreempt_core::sched::protocol::QueueState;
 use xpreempt_core::sched::{Driver, QueueInfo, SchedError, SchedEvent, Scheduler};
 use xpreempt_core::{Level, Nanos, Priority, QueueId, policy};
-use xpreempt_ipc::msg::{DaemonStats, DeviceStats, QueueDecl, QueueRow, Target};
+use xpreempt_ipc::msg::{DaemonStats, DeviceStats, PolicyMap, QueueDecl, QueueRow, Target};
 use xpreempt_ipc::shm::{Segment, decode_report};
 use xpreempt_ipc::unix::Cred;
 
@@ -37,10 +37,28 @@ pub enum Refusal {
     },
     #[error("process {0} has no queues")]
     NoSuchProcess(u32),
+    #[error("only root or the daemon's user may change the policy's maps (you are uid {uid})")]
+    PolicyPermission { uid: u32 },
+    #[error("the policy has no map named `{0}`")]
+    NoMap(String),
+    #[error(
+        "no device runs an eBPF program yet (start the daemon with --policy FILE.o; devices appear with their first queue)"
+    )]
+    NoProgram,
+    #[error("map update: {0}")]
+    Map(xpreempt_bpf::maps::MapError),
     #[error(transparent)]
     Policy(#[from] policy::UnknownPolicy),
     #[error(transparent)]
     Sched(#[from] SchedError),
+}
+
+fn bpf_program(d: &mut Driver<RemoteQueue>) -> Option<&mut xpreempt_bpf::BpfProgram> {
+    d.scheduler_mut()
+        .hooks_mut()?
+        .as_any_mut()?
+        .downcast_mut::<xpreempt_bpf::BpfHooks>()?
+        .program_mut()
 }
 
 pub struct Client {
@@ -162,6 +180,14 @@ impl State {
         };
         driver.register(info, RemoteQueue::new(segment, slot), &clock)?;
         self.next_queue += 1;
+        // A device's hooks exist from its first queue on: tell every agent whether to send work.
+        let wants = u32::from(self.wants_work());
+        for c in self.clients.values() {
+            if let Some(seg) = &c.segment {
+                seg.header().wants_work.store(wants, Ordering::Relaxed);
+            }
+        }
+        let c = self.clients.get_mut(&client).ok_or(Refusal::NotAnAgent)?;
         c.queues.insert(slot, id);
         c.seen.insert(slot, 0);
         self.queues.insert(
@@ -476,6 +502,61 @@ impl State {
             })
             .collect();
         s
+    }
+
+    /// The maps of each device's eBPF program.
+    pub fn policy_maps(&mut self) -> Vec<PolicyMap> {
+        let mut out = Vec::new();
+        for (&device, d) in &mut self.devices {
+            let Some(program) = bpf_program(d) else {
+                continue;
+            };
+            for m in program.maps() {
+                out.push(PolicyMap {
+                    device,
+                    map: m.name().to_string(),
+                    key_size: m.def().key_size,
+                    value_size: m.def().value_size,
+                    entries: m.entries(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Changes a map of every device's program; only root or the daemon's own user may, since
+    /// it changes the policy for every process.
+    pub fn policy_map_update(
+        &mut self,
+        who: Cred,
+        map: &str,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<u32, Refusal> {
+        // SAFETY: geteuid has no preconditions.
+        let daemon_uid = unsafe { libc::geteuid() };
+        if who.uid != 0 && who.uid != daemon_uid {
+            return Err(Refusal::PolicyPermission { uid: who.uid });
+        }
+        let mut changed = 0;
+        for d in self.devices.values_mut() {
+            let Some(program) = bpf_program(d) else {
+                continue;
+            };
+            let m = program
+                .map_mut(map)
+                .ok_or_else(|| Refusal::NoMap(map.to_string()))?;
+            match value {
+                Some(v) => m.update(key, v, 0),
+                None => m.delete(key),
+            }
+            .map_err(Refusal::Map)?;
+            changed += 1;
+        }
+        if changed == 0 {
+            return Err(Refusal::NoProgram);
+        }
+        Ok(changed)
     }
 
     /// Whether any device's hooks want work reports (mirrored into every segment).

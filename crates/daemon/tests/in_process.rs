@@ -138,3 +138,48 @@ fn prometheus_metrics_show_devices_and_queues() {
         assert!(body.contains(needle), "missing {needle:?} in\n{body}");
     }
 }
+
+/// The daemon runs the LC/BE example program; an operator reads its live maps (the submissions it
+/// counted from `work_submit`) and sets a queue's class.
+#[test]
+fn an_operator_reads_and_edits_the_live_maps_of_the_daemons_ebpf_program() {
+    let sock = socket("bpf");
+    let mut c = xpreempt_daemon::Config::new(sock.clone());
+    c.policy = xpreempt_daemon::PolicySpec::Bpf {
+        object: xpreempt_bpf::built_object("lcbe").expect("clang built the example policies"),
+        base: "hpf".into(),
+    };
+    let _d = xpreempt_daemon::Daemon::start(c).unwrap();
+    let dev = Device::new();
+    let a = agent(&sock, "classified");
+    let q = queue(&a, &dev, 0);
+    for _ in 0..5 {
+        q.submit(kernel(1, 10_000)).unwrap();
+    }
+    q.wait_all().unwrap();
+    let mut op = xpreempt_ipc::operator::Operator::connect(&sock).unwrap();
+    let key = 0u64.to_le_bytes().to_vec();
+    let counted = within(Duration::from_secs(2), || {
+        op.policy_maps().unwrap().iter().any(|m| {
+            m.map == "task_stats_map"
+                && m.entries
+                    .iter()
+                    .any(|(k, v)| *k == key && v[..8] == 5u64.to_le_bytes())
+        })
+    });
+    assert!(counted.is_some(), "{:?}", op.policy_maps());
+    assert_eq!(
+        op.policy_map_update(
+            "task_type_map",
+            key.clone(),
+            Some(1u32.to_le_bytes().to_vec())
+        )
+        .unwrap(),
+        1
+    );
+    let maps = op.policy_maps().unwrap();
+    let types = maps.iter().find(|m| m.map == "task_type_map").unwrap();
+    assert_eq!(types.entries, vec![(key, 1u32.to_le_bytes().to_vec())]);
+    let bad = op.policy_map_update("no_such_map", vec![0; 8], None);
+    assert!(bad.unwrap_err().to_string().contains("no map named"));
+}

@@ -68,6 +68,14 @@ pub enum ClientMsg {
     },
     List,
     Stats,
+    /// The maps of the eBPF program each device runs.
+    PolicyMaps,
+    /// Stores `value` under `key` in `map` on every device (`None` deletes the key).
+    PolicyMapUpdate {
+        map: String,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -91,6 +99,17 @@ pub enum DaemonMsg {
     },
     List(Vec<QueueRow>),
     Stats(DaemonStats),
+    PolicyMaps(Vec<PolicyMap>),
+}
+
+/// One map of the eBPF program a device runs, with its entries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicyMap {
+    pub device: u32,
+    pub map: String,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// One queue as the operator sees it.

@@ -2,7 +2,7 @@
 //! `xpreempt top` ask for them.
 
 use crate::frame::{self, FrameError};
-use crate::msg::{ClientMsg, DaemonMsg, DaemonStats, QueueRow, Role, Target};
+use crate::msg::{ClientMsg, DaemonMsg, DaemonStats, PolicyMap, QueueRow, Role, Target};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -67,6 +67,32 @@ impl Operator {
     pub fn stats(&mut self) -> Result<DaemonStats, OperatorError> {
         match self.ask(&ClientMsg::Stats)? {
             DaemonMsg::Stats(s) => Ok(s),
+            _ => Err(OperatorError::Unexpected),
+        }
+    }
+
+    /// The maps of the eBPF program each device runs (empty without one).
+    pub fn policy_maps(&mut self) -> Result<Vec<PolicyMap>, OperatorError> {
+        match self.ask(&ClientMsg::PolicyMaps)? {
+            DaemonMsg::PolicyMaps(m) => Ok(m),
+            _ => Err(OperatorError::Unexpected),
+        }
+    }
+
+    /// Stores (or with `None` deletes) a key in a map on every device; returns how many changed.
+    pub fn policy_map_update(
+        &mut self,
+        map: &str,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+    ) -> Result<u32, OperatorError> {
+        let msg = ClientMsg::PolicyMapUpdate {
+            map: map.to_string(),
+            key,
+            value,
+        };
+        match self.ask(&msg)? {
+            DaemonMsg::Done { changed } => Ok(changed),
             _ => Err(OperatorError::Unexpected),
         }
     }

@@ -31,6 +31,12 @@ pub trait Hooks: Send {
         let _ = (queue, work, now);
     }
 
+    /// The implementation itself, for a host that knows its concrete type (the daemon reaches an
+    /// eBPF program's maps this way).
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
+
     /// A queue is gone, after `run_ns` of running in total.
     fn task_destroy(&mut self, queue: QueueId, run_ns: Nanos) {
         let _ = (queue, run_ns);
