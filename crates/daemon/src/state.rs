@@ -419,7 +419,9 @@ impl State {
             if active.is_empty() {
                 continue;
             }
-            let c = self.clients.get_mut(&id).expect("present above");
+            let Some(c) = self.clients.get_mut(&id) else {
+                continue;
+            };
             c.silenced = true;
             tracing::warn!(
                 pid = c.cred.pid,
