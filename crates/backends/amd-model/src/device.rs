@@ -222,7 +222,12 @@ impl Gpu {
         cfg.validate()?;
         Ok(Self {
             cpsch: Cpsch::new(cfg.topology, cfg.pipe_policy)?,
-            compute: Compute::new(cfg.cus, cfg.waves_per_cu, cfg.cu_groups, cfg.topology.xccs()),
+            compute: Compute::new(
+                cfg.cus,
+                cfg.waves_per_cu,
+                cfg.cu_groups,
+                cfg.topology.xccs(),
+            ),
             cfg,
             now: 0,
             events: EventQueue::default(),
@@ -346,7 +351,11 @@ impl Gpu {
 
     /// The queue's map/unmap counts and the time it waited for an HQD with work to do.
     pub fn hqd_stats(&self, queue: QueueId) -> Result<&HqdStats, ModelError> {
-        Ok(&self.queues.get(queue.0 as usize).ok_or(ModelError::NoQueue(queue))?.hqd)
+        Ok(&self
+            .queues
+            .get(queue.0 as usize)
+            .ok_or(ModelError::NoQueue(queue))?
+            .hqd)
     }
 
     pub fn hqd_slot(&self, queue: QueueId) -> Result<Option<HqdSlot>, ModelError> {

@@ -131,7 +131,9 @@ impl Gpu {
             }
             let (h, s) = (&mut self.queues[victim as usize].hqd, &mut self.stats);
             match (busy, rotation) {
-                (false, _) => (h.idle_unmaps, s.idle_unmaps) = (h.idle_unmaps + 1, s.idle_unmaps + 1),
+                (false, _) => {
+                    (h.idle_unmaps, s.idle_unmaps) = (h.idle_unmaps + 1, s.idle_unmaps + 1)
+                }
                 (true, true) => (h.rotations, s.rotations) = (h.rotations + 1, s.rotations + 1),
                 (true, false) => {
                     (h.displaced, s.displacements) = (h.displaced + 1, s.displacements + 1)

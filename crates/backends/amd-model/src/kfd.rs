@@ -164,7 +164,9 @@ impl Gpu {
         }
         if let Some(m) = cu_mask {
             q.cu_mask = m;
-            let xccs = self.compute.xccs_of(self.queues[queue.0 as usize].cu_mask.as_ref());
+            let xccs = self
+                .compute
+                .xccs_of(self.queues[queue.0 as usize].cu_mask.as_ref());
             self.queues[queue.0 as usize].xccs = xccs;
         }
         self.pump();

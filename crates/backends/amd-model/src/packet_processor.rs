@@ -213,7 +213,9 @@ impl Gpu {
             for k in 0..lanes {
                 let j = (rr + k) % lanes;
                 if d.lanes[j] < d.total
-                    && let Some(cu) = self.compute.find_cu_in(q.xccs[j % nx], waves, q.cu_mask.as_ref())
+                    && let Some(cu) =
+                        self.compute
+                            .find_cu_in(q.xccs[j % nx], waves, q.cu_mask.as_ref())
                 {
                     found = Some((cu, j, d.lanes[j]));
                     break;
@@ -222,7 +224,10 @@ impl Gpu {
         } else {
             for k in 0..nx {
                 let j = (rr + k) % nx;
-                if let Some(cu) = self.compute.find_cu_in(q.xccs[j], waves, q.cu_mask.as_ref()) {
+                if let Some(cu) = self
+                    .compute
+                    .find_cu_in(q.xccs[j], waves, q.cu_mask.as_ref())
+                {
                     found = Some((cu, j, wg));
                     break;
                 }
