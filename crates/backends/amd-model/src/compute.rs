@@ -1,5 +1,6 @@
 //! Compute units: wave slots per CU, placement of workgroups under a CU mask, and the table of
-//! running workgroups. A stopped workgroup's completion event stays in the event queue; its
+//! running workgroups. On a multi-XCC part every XCC owns a contiguous share of the CUs and
+//! places only its own workgroups there (seed 004: each XCC runs the queue from its own HQD). A stopped workgroup's completion event stays in the event queue; its
 //! generation no longer matches, so the event is ignored.
 
 use xpreempt_types::Nanos;
@@ -50,7 +51,12 @@ pub struct Compute {
     free_waves: Vec<u32>,
     waves_per_cu: u32,
     free_total: u64,
-    cursor: u32,
+    /// XCC `x` owns CUs `xcc_first[x]..xcc_first[x + 1]`.
+    xcc_first: Vec<u32>,
+    cu_xcc: Vec<u32>,
+    xcc_free: Vec<u64>,
+    /// Round-robin placement cursor of each XCC.
+    cursors: Vec<u32>,
     slots: Vec<RunningWg>,
     free_slots: Vec<u32>,
     groups: u32,
@@ -62,12 +68,27 @@ pub struct Compute {
 }
 
 impl Compute {
-    pub fn new(cus: u32, waves_per_cu: u32, groups: u32) -> Self {
+    /// `xccs` is clamped to 1..=cus so that every XCC has at least one CU.
+    pub fn new(cus: u32, waves_per_cu: u32, groups: u32, xccs: u32) -> Self {
+        let xccs = xccs.clamp(1, cus.max(1));
+        let xcc_first: Vec<u32> = (0..=xccs)
+            .map(|x| (u64::from(x) * u64::from(cus) / u64::from(xccs)) as u32)
+            .collect();
+        let cu_xcc = (0..cus)
+            .map(|cu| xcc_first.partition_point(|&f| f <= cu) as u32 - 1)
+            .collect();
+        let xcc_free = xcc_first
+            .windows(2)
+            .map(|w| u64::from(w[1] - w[0]) * u64::from(waves_per_cu))
+            .collect();
         Self {
             free_waves: vec![waves_per_cu; cus as usize],
             waves_per_cu,
             free_total: u64::from(cus) * u64::from(waves_per_cu),
-            cursor: 0,
+            cursors: xcc_first[..xccs as usize].to_vec(),
+            xcc_first,
+            cu_xcc,
+            xcc_free,
             slots: Vec::new(),
             free_slots: Vec::new(),
             groups: groups.max(1),
@@ -104,16 +125,38 @@ impl Compute {
         (u64::from(cu) * u64::from(self.groups) / u64::from(self.cus())) as u32
     }
 
-    /// A CU in `mask` with room for `waves`, searched round-robin so that work spreads.
+    pub fn xccs(&self) -> u32 {
+        self.xcc_free.len() as u32
+    }
+
+    /// The XCCs with at least one CU in `mask` (all of them without a mask).
+    pub fn xccs_of(&self, mask: Option<&CuMask>) -> Vec<u32> {
+        (0..self.xccs())
+            .filter(|&x| {
+                let (a, b) = (self.xcc_first[x as usize], self.xcc_first[x as usize + 1]);
+                mask.is_none_or(|m| (a..b).any(|cu| m.contains(cu)))
+            })
+            .collect()
+    }
+
+    /// A CU anywhere in `mask` with room for `waves` (a one-XCC part's placement).
     pub fn find_cu(&mut self, waves: u32, mask: Option<&CuMask>) -> Option<u32> {
-        if self.free_total < u64::from(waves) {
+        (0..self.xccs()).find_map(|x| self.find_cu_in(x, waves, mask))
+    }
+
+    /// A CU of XCC `xcc` in `mask` with room for `waves`, searched round-robin so that work
+    /// spreads.
+    pub fn find_cu_in(&mut self, xcc: u32, waves: u32, mask: Option<&CuMask>) -> Option<u32> {
+        let x = xcc as usize;
+        if self.xcc_free.get(x).is_none_or(|&f| f < u64::from(waves)) {
             return None;
         }
-        let n = self.cus();
+        let (first, n) = (self.xcc_first[x], self.xcc_first[x + 1] - self.xcc_first[x]);
+        let start = self.cursors[x] - first;
         for i in 0..n {
-            let cu = (self.cursor + i) % n;
+            let cu = first + (start + i) % n;
             if self.free_waves[cu as usize] >= waves && mask.is_none_or(|m| m.contains(cu)) {
-                self.cursor = (cu + 1) % n;
+                self.cursors[x] = first + (cu - first + 1) % n;
                 return Some(cu);
             }
         }
@@ -127,6 +170,7 @@ impl Compute {
         }
         self.free_waves[wg.cu as usize] -= wg.waves;
         self.free_total -= u64::from(wg.waves);
+        self.xcc_free[self.cu_xcc[wg.cu as usize] as usize] -= u64::from(wg.waves);
         match self.free_slots.pop() {
             Some(i) => {
                 let generation = self.slots[i as usize].generation.wrapping_add(1);
@@ -169,6 +213,7 @@ impl Compute {
             let was_busy = *f < self.waves_per_cu;
             *f = f.saturating_add(waves).min(self.waves_per_cu);
             self.free_total += u64::from(waves);
+            self.xcc_free[self.cu_xcc[cu as usize] as usize] += u64::from(waves);
             if was_busy && *f == self.waves_per_cu {
                 let since = self.busy_since[cu as usize];
                 self.busy_ns += u128::from(now.saturating_sub(since));
@@ -207,7 +252,7 @@ mod tests {
 
     #[test]
     fn placement_respects_slots_and_masks() {
-        let mut c = Compute::new(4, 8, 2);
+        let mut c = Compute::new(4, 8, 2, 1);
         let mask = CuMask::from_range(2, 2, 4);
         assert_eq!(mask.count(), 2);
         let a = c.find_cu(8, Some(&mask)).unwrap();
@@ -227,7 +272,7 @@ mod tests {
 
     #[test]
     fn busy_time_counts_each_cu_once_while_any_wave_is_resident() {
-        let mut c = Compute::new(2, 8, 1);
+        let mut c = Compute::new(2, 8, 1, 1);
         let at = |cu, waves, start| RunningWg {
             start,
             ..wg(cu, waves)
@@ -243,5 +288,25 @@ mod tests {
         assert_eq!(c.busy_ns(70), 40 + 20);
         c.release(1, 2, 80);
         assert_eq!(c.busy_ns(1_000), 40 + 30);
+    }
+
+    #[test]
+    fn each_xcc_places_only_on_its_own_cus() {
+        let mut c = Compute::new(10, 8, 1, 4);
+        assert_eq!(c.xccs(), 4);
+        // 10 CUs over 4 XCCs: 2, 3, 2, 3.
+        let per: Vec<u32> = (0..4)
+            .map(|x| {
+                let mut n = 0;
+                while let Some(cu) = c.find_cu_in(x, 8, None) {
+                    c.start(wg(cu, 8));
+                    n += 1;
+                }
+                n
+            })
+            .collect();
+        assert_eq!(per, vec![2, 3, 2, 3]);
+        assert_eq!(c.free_total(), 0);
+        assert_eq!(c.xccs_of(Some(&CuMask::from_range(0, 3, 10))), vec![0, 1]);
     }
 }

@@ -124,6 +124,8 @@ pub enum ConfigError {
     },
     #[error("cu_groups must be 1..=cus ({cus}), got {got}")]
     CuGroups { cus: u32, got: u32 },
+    #[error("every XCC needs CUs of its own: {cus} CUs for the {xccs} XCCs of xcc_mask")]
+    CusPerXcc { cus: u32, xccs: u32 },
     #[error("{field} must be {}, got {value}", time_us_requirement(*zero_ok))]
     Time {
         field: &'static str,
@@ -149,6 +151,12 @@ impl GpuConfig {
             return Err(ConfigError::CuGroups {
                 cus: self.cus,
                 got: self.cu_groups,
+            });
+        }
+        if self.cus < self.topology.xccs() {
+            return Err(ConfigError::CusPerXcc {
+                cus: self.cus,
+                xccs: self.topology.xccs(),
             });
         }
         for (field, value, zero_ok) in self.times_us() {

@@ -92,6 +92,7 @@ impl Gpu {
             MqdState::Waiting => {
                 if after == After::Preempted {
                     self.waiting.retain(|&w| w as usize != qi);
+                    self.hqd_wait_end(qi);
                     let q = &mut self.queues[qi];
                     q.state = MqdState::Preempted;
                     q.last_mode = Some(mode);
@@ -102,6 +103,20 @@ impl Gpu {
             }
             MqdState::Unmapping if self.queues[qi].pending == Some(Pending::Resume) => {
                 self.queues[qi].pending = None;
+                return Ok(());
+            }
+            MqdState::Unmapping
+                if after == After::Preempted
+                    && self.queues[qi]
+                        .unmap
+                        .as_ref()
+                        .is_some_and(|u| u.after == After::Waiting) =>
+            {
+                // The HWS is already taking it off (a rotation or hand-off): it stays off once
+                // the save lands instead of waiting for a slot.
+                if let Some(u) = self.queues[qi].unmap.as_mut() {
+                    u.after = After::Preempted;
+                }
                 return Ok(());
             }
             _ => return Err(refuse("destroy_mqd")),
@@ -173,6 +188,10 @@ impl Gpu {
         self.stats.wgs_saved += saved.len() as u64;
         self.stats.wgs_redone += redo.len() as u64;
         self.stats.unmaps += 1;
+        q.hqd.unmaps += 1;
+        if after == After::Waiting {
+            self.hqd_wait_begin(qi);
+        }
         if mode != DestroyMode::Drain || running == 0 {
             self.events.push(
                 now.saturating_add(cost),
@@ -269,6 +288,9 @@ impl Gpu {
         });
         if u.after == After::Waiting {
             self.waiting.push_back(queue);
+            self.hqd_wait_begin(qi);
+        } else {
+            self.hqd_wait_end(qi);
         }
         self.sample_occupancy();
         self.touch(queue);
@@ -359,6 +381,7 @@ impl Gpu {
         q.state = MqdState::Waiting;
         q.map_kind = "resume";
         self.waiting.push_back(queue.0);
+        self.hqd_wait_begin(queue.0 as usize);
         self.schedule_runlist();
         Ok(())
     }

@@ -55,7 +55,11 @@ pub(crate) struct Dispatch {
     pub kernel: Option<u32>,
     pub total: u32,
     pub waves: u32,
-    pub next: u32,
+    /// Next new workgroup of each XCC the queue spreads over: workgroup `w` belongs to lane
+    /// `w % lanes.len()`, as the XCCs of one part split a grid between them.
+    pub lanes: Vec<u32>,
+    /// New workgroups not yet started.
+    pub fresh: u32,
     /// Workgroups killed by RESET, to run again from the start.
     pub redo: Vec<u32>,
     pub done: u32,
@@ -69,7 +73,7 @@ pub(crate) struct Dispatch {
 
 impl Dispatch {
     pub(crate) fn has_undispatched(&self) -> bool {
-        self.next < self.total || !self.redo.is_empty()
+        self.fresh > 0 || !self.redo.is_empty()
     }
 }
 
@@ -94,6 +98,13 @@ pub struct Hq {
     pub(crate) priority: Priority,
     pub(crate) ring: crate::ring::Ring,
     pub(crate) cu_mask: Option<CuMask>,
+    /// The XCCs this queue's work runs on: those of `xcc_mask` where its CU mask has CUs.
+    pub(crate) xccs: Vec<u32>,
+    /// Which lane of the current dispatch places next.
+    pub(crate) lane_rr: u32,
+    pub(crate) hqd: HqdStats,
+    /// Since when the queue has had work without an HQD (see [`HqdStats::hqd_wait_ns`]).
+    pub(crate) hqd_wait_since: Option<Nanos>,
     pub(crate) state: MqdState,
     pub(crate) slot: Option<HqdSlot>,
     /// The packet processor may fetch dispatch ids below this (the last doorbell it saw).
@@ -146,7 +157,34 @@ pub struct GpuStats {
     pub runlists: u64,
     pub unmaps: u64,
     pub maps: u64,
+    /// Unmaps by the HWS quantum: oversubscription among queues of equal (or lower) priority.
+    pub rotations: u64,
+    /// Busy lower-priority queues unmapped at once so that a higher one gets an HQD.
+    pub displacements: u64,
+    /// Idle queues that gave their HQD back to a queue with work.
+    pub idle_unmaps: u64,
+    /// Time queues with work spent without an HQD, summed over queues (see [`HqdStats`]).
+    pub hqd_wait_ns: u64,
+    pub max_hqd_wait_ns: u64,
     pub hws_hung: bool,
+}
+
+/// One queue's HQD history.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HqdStats {
+    pub maps: u64,
+    pub unmaps: u64,
+    /// Unmapped by an HWS quantum rotation.
+    pub rotations: u64,
+    /// Unmapped, busy, for a higher-priority queue.
+    pub displaced: u64,
+    /// Unmapped while idle for a queue with work.
+    pub idle_unmaps: u64,
+    /// Times the queue had work and no HQD (waiting for a slot, its map, or a rotation's
+    /// unmap); a preemption the scheduler asked for is not counted.
+    pub hqd_waits: u64,
+    pub hqd_wait_ns: u64,
+    pub max_hqd_wait_ns: u64,
 }
 
 /// How long one preemption or resume took in hardware.
@@ -184,7 +222,12 @@ impl Gpu {
         cfg.validate()?;
         Ok(Self {
             cpsch: Cpsch::new(cfg.topology, cfg.pipe_policy)?,
-            compute: Compute::new(cfg.cus, cfg.waves_per_cu, cfg.cu_groups),
+            compute: Compute::new(
+                cfg.cus,
+                cfg.waves_per_cu,
+                cfg.cu_groups,
+                cfg.topology.xccs(),
+            ),
             cfg,
             now: 0,
             events: EventQueue::default(),
@@ -306,6 +349,15 @@ impl Gpu {
         self.queues.get(queue.0 as usize)?.error.as_ref()
     }
 
+    /// The queue's map/unmap counts and the time it waited for an HQD with work to do.
+    pub fn hqd_stats(&self, queue: QueueId) -> Result<&HqdStats, ModelError> {
+        Ok(&self
+            .queues
+            .get(queue.0 as usize)
+            .ok_or(ModelError::NoQueue(queue))?
+            .hqd)
+    }
+
     pub fn hqd_slot(&self, queue: QueueId) -> Result<Option<HqdSlot>, ModelError> {
         Ok(self.q(queue)?.slot)
     }
@@ -360,6 +412,10 @@ impl Gpu {
             process,
             priority,
             ring,
+            xccs: self.compute.xccs_of(cu_mask.as_ref()),
+            lane_rr: 0,
+            hqd: HqdStats::default(),
+            hqd_wait_since: None,
             cu_mask,
             state: MqdState::Waiting,
             slot: None,
@@ -417,6 +473,11 @@ impl Gpu {
 
     pub fn ring_doorbell(&mut self, queue: QueueId, value: u64) -> Result<(), ModelError> {
         self.q_mut(queue)?.ring.ring_doorbell(value);
+        self.hqd_wait_begin(queue.0 as usize);
+        if self.queues[queue.0 as usize].state == MqdState::Waiting {
+            // Newly busy without an HQD: a runlist goes out now rather than at the next quantum.
+            self.schedule_runlist();
+        }
         self.arm_quantum();
         let at = self.after(us(self.cfg.doorbell_us));
         self.events.push(

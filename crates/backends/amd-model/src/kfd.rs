@@ -133,6 +133,7 @@ impl Gpu {
         }
         let q = &mut self.queues[queue.0 as usize];
         let slot = q.slot.take();
+        q.hqd_wait_since = None;
         q.state = MqdState::Destroyed;
         q.running = 0;
         q.active.clear();
@@ -163,6 +164,10 @@ impl Gpu {
         }
         if let Some(m) = cu_mask {
             q.cu_mask = m;
+            let xccs = self
+                .compute
+                .xccs_of(self.queues[queue.0 as usize].cu_mask.as_ref());
+            self.queues[queue.0 as usize].xccs = xccs;
         }
         self.pump();
         Ok(())

@@ -25,7 +25,7 @@ pub mod trace;
 
 pub use config::{CwsrCost, GpuConfig, KernelCode};
 pub use cwsr::DestroyMode;
-pub use device::{Gpu, GpuStats, MqdState};
+pub use device::{Gpu, GpuStats, HqdStats, MqdState};
 pub use error::ModelError;
 pub use hal::{AmdHal, AmdKernel};
 pub use kfd::{Caller, QueueProps};

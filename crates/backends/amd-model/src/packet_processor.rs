@@ -9,6 +9,17 @@ use crate::error::ModelError;
 use crate::rng;
 use xpreempt_types::{Nanos, QueueId};
 
+/// Where the next workgroup of a queue comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pick {
+    /// Saved by CWSR, with this much run time left.
+    Saved(Nanos),
+    /// Killed by RESET: runs again from the start.
+    Redo,
+    /// The next new workgroup of a lane.
+    Lane,
+}
+
 impl Gpu {
     /// Dispatches workgroups until nothing more fits, taking one workgroup from each queue in
     /// turn: every queue has the same hardware priority.
@@ -100,7 +111,8 @@ impl Gpu {
             kernel: None,
             total: 0,
             waves: 0,
-            next: 0,
+            lanes: Vec::new(),
+            fresh: 0,
             redo: Vec::new(),
             done: 0,
             running: 0,
@@ -129,9 +141,11 @@ impl Gpu {
                         grid: k.grid_size[0],
                     });
                 }
-                let _ = qi;
+                let lanes = self.queues[qi].xccs.len().max(1) as u32;
                 d.kernel = Some(kernel);
                 d.total = total;
+                d.fresh = total;
+                d.lanes = (0..lanes.min(total.max(1))).collect();
                 d.waves = waves;
                 d.done_bits = vec![0; total.div_ceil(64) as usize];
             }
@@ -170,39 +184,80 @@ impl Gpu {
             return false;
         }
         let q = &self.queues[qi];
-        // Saved waves go back first, then killed workgroups, then new ones.
-        let (pos, wg, waves, remaining) = if let Some(s) = q.saved.last() {
+        let nx = q.xccs.len();
+        if nx == 0 {
+            return false;
+        }
+        // Saved waves go back first, then killed workgroups, then new ones. Saved and killed
+        // workgroups may go to any XCC of the queue; a new one only to its own lane's XCC, so
+        // one full XCC does not hold back the others.
+        let (pos, wg, waves, pick) = if let Some(s) = q.saved.last() {
             let Some(pos) = q.active.iter().position(|d| d.id == s.dispatch) else {
                 return false;
             };
-            (pos, s.wg, s.waves, Some(s.remaining))
+            (pos, s.wg, s.waves, Pick::Saved(s.remaining))
         } else {
             let Some(pos) = q.active.iter().position(|d| d.has_undispatched()) else {
                 return false;
             };
             let d = &q.active[pos];
-            let wg = d.redo.last().copied().unwrap_or(d.next);
-            (pos, wg, d.waves, None)
+            match d.redo.last() {
+                Some(&wg) => (pos, wg, d.waves, Pick::Redo),
+                None => (pos, 0, d.waves, Pick::Lane),
+            }
         };
-        let mask = q.cu_mask.as_ref();
-        let Some(cu) = self.compute.find_cu(waves, mask) else {
+        let (rr, lanes) = (q.lane_rr as usize, q.active[pos].lanes.len());
+        let mut found = None;
+        if pick == Pick::Lane {
+            let d = &q.active[pos];
+            for k in 0..lanes {
+                let j = (rr + k) % lanes;
+                if d.lanes[j] < d.total
+                    && let Some(cu) =
+                        self.compute
+                            .find_cu_in(q.xccs[j % nx], waves, q.cu_mask.as_ref())
+                {
+                    found = Some((cu, j, d.lanes[j]));
+                    break;
+                }
+            }
+        } else {
+            for k in 0..nx {
+                let j = (rr + k) % nx;
+                if let Some(cu) = self
+                    .compute
+                    .find_cu_in(q.xccs[j], waves, q.cu_mask.as_ref())
+                {
+                    found = Some((cu, j, wg));
+                    break;
+                }
+            }
+        }
+        let Some((cu, lane, wg)) = found else {
             return false;
         };
         let now = self.now;
         let seed = self.cfg.seed;
         let q = &mut self.queues[qi];
-        if remaining.is_some() {
-            q.saved.pop();
-            self.stats.wgs_restored += 1;
-        }
+        q.lane_rr = (lane + 1) as u32;
+        let mut remaining = None;
         let d = &mut q.active[pos];
-        if remaining.is_none() {
-            if d.redo.last() == Some(&wg) {
+        match pick {
+            Pick::Saved(left) => {
+                remaining = Some(left);
+                q.saved.pop();
+                self.stats.wgs_restored += 1;
+            }
+            Pick::Redo => {
                 d.redo.pop();
-            } else {
-                d.next += 1;
+            }
+            Pick::Lane => {
+                let step = d.lanes.len() as u32;
+                d.lanes[lane] = d.lanes[lane].saturating_add(step);
+                d.fresh -= 1;
             }
         }
+        let d = &mut q.active[pos];
         let (mean, jitter) = d
             .kernel
             .and_then(|k| self.kernels.get(k as usize))

@@ -1,8 +1,10 @@
 //! Scheme A: the seed's in-kernel monitor. Every `check_interval` it reads each queue's rptr
-//! and wptr, finds the highest logical priority with pending work and the queue running below
-//! it (an inversion), preempts that queue through CWSR, and resumes a preempted queue once no
-//! higher-priority queue is active. Nothing is intercepted: applications keep ringing their
-//! doorbells, so the response time is bounded by the check interval.
+//! and wptr, finds the highest logical priority with pending work and every queue running below
+//! it (inversions), preempts all of them through CWSR in that one pass, and resumes a preempted
+//! queue once no higher-priority queue has work. Nothing is intercepted: applications keep
+//! ringing their doorbells. Because one pass clears every inversion it finds, a queue that
+//! becomes the highest with work is served at the first check after that: its detection delay
+//! is at most one check interval.
 
 use crate::cwsr::DestroyMode;
 use crate::device::Gpu;
@@ -41,6 +43,8 @@ pub struct Monitor {
     seen: Vec<Seen>,
     pub stats: MonitorStats,
     pub decisions: Vec<Decision>,
+    /// Checks that found an inversion: (time, the priority it was resolved for).
+    pub inversion_checks: Vec<(Nanos, Priority)>,
     /// From resume call to the queue running again, as the seed's `resume latency`.
     pub resume_latency: Histogram,
     resuming: Vec<(QueueId, Nanos)>,
@@ -55,6 +59,7 @@ impl Monitor {
             seen: Vec::new(),
             stats: MonitorStats::default(),
             decisions: Vec::new(),
+            inversion_checks: Vec::new(),
             resume_latency: Histogram::new(),
             resuming: Vec::new(),
         }
@@ -62,6 +67,10 @@ impl Monitor {
 
     pub fn next_tick(&self) -> Nanos {
         self.next_tick
+    }
+
+    pub fn interval(&self) -> Nanos {
+        self.interval
     }
 
     /// Runs every check due by `now`.
@@ -106,42 +115,19 @@ impl Monitor {
             s.pending = w - r;
             view.push((q, prio, s.pending, s.preempted));
         }
-        // Step 2: the highest logical priority with work against the lowest one running.
-        let waiting = view
-            .iter()
-            .filter(|v| v.2 > 0 && !v.3)
-            .max_by_key(|v| (v.1, std::cmp::Reverse(v.0)));
-        let running = view
-            .iter()
-            .filter(|v| v.2 > 0 && !v.3)
-            .min_by_key(|v| (v.1, v.0));
-        if let (Some(&(high, hp, _, _)), Some(&(low, lp, _, _))) = (waiting, running)
-            && hp > lp
-        {
-            self.stats.inversions += 1;
-            // Step 3: CWSR preemption of the low queue; its ring stays as it is.
-            match gpu.preempt_queue(Caller::kernel(), low, self.mode) {
-                Ok(()) => {
-                    self.stats.preemptions += 1;
-                    self.seen[low.0 as usize].preempted = true;
-                    self.decisions.push(Decision { at: now, high, low });
-                    tracing::debug!(%high, %low, "scheme A: preempted on inversion");
-                }
-                Err(e) => {
-                    self.stats.errors += 1;
-                    tracing::warn!(queue = %low, error = %e, "scheme A: preemption failed");
-                }
-            }
+        // Step 2: the highest logical priority with work (preempted queues still have theirs).
+        let top = view.iter().filter(|v| v.2 > 0).map(|v| v.1).max();
+        if let Some(top) = top {
+            self.preempt_below(gpu, now, &view, top);
         }
         // Step 5: resume preempted queues that nothing higher keeps off.
         for &(q, prio, _, _) in &view {
             if !self.seen[q.0 as usize].preempted {
                 continue;
             }
-            let higher_active = view.iter().any(|&(o, op, pending, pre)| {
-                o != q && op > prio && pending > 0 && !pre && !self.seen[o.0 as usize].preempted
-            });
-            if higher_active {
+            // Only the top level comes back, so that a lower queue is not resumed in the same
+            // pass as the higher one it would be preempted for at the next.
+            if top.is_some_and(|t| prio < t) {
                 continue;
             }
             match gpu.resume_queue(Caller::kernel(), q) {
@@ -153,6 +139,46 @@ impl Monitor {
                 Err(e) => {
                     self.stats.errors += 1;
                     tracing::warn!(queue = %q, error = %e, "scheme A: resume failed");
+                }
+            }
+        }
+    }
+
+    /// Step 3: CWSR preemption of every queue running below `top`, all in this pass; their
+    /// rings stay as they are.
+    fn preempt_below(
+        &mut self,
+        gpu: &mut Gpu,
+        now: Nanos,
+        view: &[(QueueId, Priority, u64, bool)],
+        top: Priority,
+    ) {
+        let high = view
+            .iter()
+            .filter(|v| v.2 > 0 && v.1 == top)
+            .map(|v| v.0)
+            .min()
+            .unwrap_or(QueueId(0));
+        let lows: Vec<QueueId> = view
+            .iter()
+            .filter(|v| v.2 > 0 && !v.3 && v.1 < top)
+            .map(|v| v.0)
+            .collect();
+        if !lows.is_empty() {
+            self.stats.inversions += 1;
+            self.inversion_checks.push((now, top));
+        }
+        for low in lows {
+            match gpu.preempt_queue(Caller::kernel(), low, self.mode) {
+                Ok(()) => {
+                    self.stats.preemptions += 1;
+                    self.seen[low.0 as usize].preempted = true;
+                    self.decisions.push(Decision { at: now, high, low });
+                    tracing::debug!(%high, %low, "scheme A: preempted on inversion");
+                }
+                Err(e) => {
+                    self.stats.errors += 1;
+                    tracing::warn!(queue = %low, error = %e, "scheme A: preemption failed");
                 }
             }
         }

@@ -14,7 +14,7 @@ use thiserror::Error;
 use xpreempt_amd::config::{KernelCode, us};
 use xpreempt_amd::scheme_a::Monitor;
 use xpreempt_amd::trace::TraceBuf;
-use xpreempt_amd::{AmdKernel, Caller, Gpu, GpuStats, QueueProps, aql, compute::CuMask};
+use xpreempt_amd::{AmdKernel, Caller, Gpu, GpuStats, HqdStats, QueueProps, aql, compute::CuMask};
 use xpreempt_core::sched::Hooks;
 use xpreempt_core::stats::histogram::Histogram;
 use xpreempt_core::xqueue::ConfigError;
@@ -123,9 +123,28 @@ pub struct TaskRun {
     pub priority: xpreempt_core::Priority,
     /// Arrival to completion of the last kernel, per request.
     pub latencies: Vec<Nanos>,
-    /// Scheme A: arrival to the preemption made on this task's behalf, per request.
+    /// Scheme A: for the requests the monitor preempted lower queues for, the time from the
+    /// request becoming the highest priority with work to that preemption (never more than
+    /// the check interval). One entry per such request.
     pub detection_delays: Vec<Nanos>,
+    /// Scheme A: what the monitor did for each completed request, in arrival order.
+    pub detections: Vec<Detection>,
     pub kernels: u64,
+    /// The task's queue's map/unmap counts and the time it waited for an HQD with work.
+    pub hqd: HqdStats,
+}
+
+/// What Scheme A's monitor did for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detection {
+    /// At its first check the monitor found lower queues running and preempted them; `delay`
+    /// runs from the request becoming the highest priority with work (its arrival, or the end
+    /// of the higher-priority work then outstanding) to that check.
+    Acted { delay: Nanos },
+    /// Nothing lower was running at that check: there was no inversion to detect.
+    NotNeeded,
+    /// The request finished before any check saw it as the highest priority with work.
+    Unseen,
 }
 
 pub struct ModeRun {
@@ -235,7 +254,9 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
             priority: t.priority,
             latencies: Vec::new(),
             detection_delays: Vec::new(),
+            detections: Vec::new(),
             kernels: 0,
+            hqd: HqdStats::default(),
         })
         .collect();
     let mut problems = Vec::new();
@@ -373,25 +394,17 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         (None, None) => (Histogram::new(), 0, 0),
     };
     if let Some(m) = &monitor {
-        for (task, t) in tasks.iter_mut().enumerate() {
-            let q = queues[task].0;
-            let requests = arrivals.iter().filter(|a| a.1 == task).zip(&t.latencies);
-            for (&(at, _), &latency) in requests {
-                // Only a preemption made while this request was still running was made for it.
-                let made = m
-                    .decisions
-                    .iter()
-                    .find(|d| d.high == q && d.at >= at && d.at < at.saturating_add(latency));
-                if let Some(d) = made {
-                    t.detection_delays.push(d.at - at);
-                }
-            }
-        }
+        record_detections(m, &arrivals, &mut tasks);
     }
     drop(scheme_b);
     let mut gpu = Rc::try_unwrap(gpu)
         .map_err(|_| RunError::StillShared { mode })?
         .into_inner();
+    for (t, &(q, _, _)) in tasks.iter_mut().zip(&queues) {
+        if let Ok(h) = gpu.hqd_stats(q) {
+            t.hqd = h.clone();
+        }
+    }
     let exactly_once =
         check_exactly_once(&gpu, scenario, &queues, &submitted, &signals, &mut problems);
     Ok(ModeRun {
@@ -409,6 +422,63 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         trace: gpu.take_trace(),
         monitor: monitor.map(|m| (m.stats, m.resume_latency)),
     })
+}
+
+/// Classifies every completed request by what Scheme A's monitor did for it (see
+/// [`Detection`]). A request becomes eligible once no request of a higher priority is
+/// outstanding; the first check at or after that either finds an inversion for its priority
+/// and clears it, or finds none.
+fn record_detections(m: &Monitor, arrivals: &[(Nanos, usize)], tasks: &mut [TaskRun]) {
+    let interval = m.interval();
+    let acted: std::collections::BTreeSet<(Nanos, xpreempt_core::Priority)> =
+        m.inversion_checks.iter().copied().collect();
+    // Every completed request: (arrival, completion, priority).
+    let mut done: Vec<(Nanos, Nanos, xpreempt_core::Priority)> = Vec::new();
+    let mut per_task: Vec<Vec<(Nanos, Nanos)>> = vec![Vec::new(); tasks.len()];
+    for (task, t) in tasks.iter().enumerate() {
+        let requests = arrivals.iter().filter(|a| a.1 == task).zip(&t.latencies);
+        for (&(at, _), &latency) in requests {
+            let end = at.saturating_add(latency);
+            done.push((at, end, t.priority));
+            per_task[task].push((at, end));
+        }
+    }
+    for (t, requests) in tasks.iter_mut().zip(per_task) {
+        // Higher-priority work as disjoint busy intervals, in time order.
+        let mut busy: Vec<(Nanos, Nanos)> = done
+            .iter()
+            .filter(|d| d.2 > t.priority)
+            .map(|d| (d.0, d.1))
+            .collect();
+        busy.sort_unstable();
+        let mut merged: Vec<(Nanos, Nanos)> = Vec::new();
+        for (a, b) in busy {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        for (at, end) in requests {
+            let k = merged.partition_point(|&(a, _)| a <= at);
+            let eligible = match k.checked_sub(1).map(|k| merged[k]) {
+                Some((_, b)) if b > at => b,
+                _ => at,
+            };
+            // The monitor checks at every multiple of the interval, starting at one interval.
+            let check = eligible.div_ceil(interval).max(1).saturating_mul(interval);
+            let d = if check >= end {
+                Detection::Unseen
+            } else if acted.contains(&(check, t.priority)) {
+                t.detection_delays.push(check - eligible);
+                Detection::Acted {
+                    delay: check - eligible,
+                }
+            } else {
+                Detection::NotNeeded
+            };
+            t.detections.push(d);
+        }
+    }
 }
 
 /// The application side of `none`/`scheme-a`: writes as many kernels as its ring has room for.
