@@ -105,6 +105,11 @@ fn sim_table_and_trace() {
         ev.iter().filter_map(|e| e["pid"].as_u64()).collect();
     assert_eq!(pids.len(), 5, "one process per mode");
     assert!(ev.iter().any(|e| e["ph"] == "i" && e["name"] == "preempt"));
+    assert!(
+        ev.iter()
+            .any(|e| e["ph"] == "i" && e["name"] == "hw-preempt")
+    );
+    assert!(ev.iter().any(|e| e["ph"] == "i" && e["name"] == "arrival"));
 }
 
 #[test]
