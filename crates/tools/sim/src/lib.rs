@@ -7,4 +7,5 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod scheme_b;
+pub mod svg;
 pub mod sweep;
