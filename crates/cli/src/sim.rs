@@ -5,6 +5,7 @@
 use crate::output::{ChecksFailed, Output};
 use anyhow::{Context, Result};
 use serde::Serialize;
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 use xpreempt_sim::report::{self, SimOptions};
@@ -25,6 +26,14 @@ pub struct Args {
     /// simulation starts, so that a path that cannot be written fails at once).
     #[arg(long, conflicts_with = "bench")]
     trace: Option<PathBuf>,
+    /// Write an SVG plot of the highest-priority tier's latency CDF, one line per mode
+    /// (created before the simulation starts, like --trace).
+    #[arg(long, value_name = "FILE", conflicts_with = "bench")]
+    svg: Option<PathBuf>,
+    /// Write an SVG timeline of every mode: a row per task showing when its kernels ran, with
+    /// request arrivals and preempt/resume decisions (created before the simulation starts).
+    #[arg(long, value_name = "FILE", conflicts_with = "bench")]
+    timeline_svg: Option<PathBuf>,
     /// Scheme B policy instead of the scenario's (hpf, fifo, rr, bandwidth, edf, lcbe), or an
     /// eBPF object (FILE.o) whose programs run at the scheduler's hooks in lv1/lv2/lv3, with the
     /// contents of the maps pinned by `xpreempt policy`.
@@ -39,7 +48,7 @@ pub struct Args {
     seed: Option<u64>,
     /// Run every mode over N seeds (the scenario's or --seed, then +1, ...) and report the
     /// spread of the top tier's p99 over standalone and of the makespan.
-    #[arg(long, value_name = "N", conflicts_with_all = ["bench", "trace"],
+    #[arg(long, value_name = "N", conflicts_with_all = ["bench", "trace", "svg", "timeline_svg"],
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     seeds: Option<u64>,
     /// The modes to run, comma-separated (none, lv1, scheme-a, lv2, lv3); all when omitted.
@@ -74,7 +83,8 @@ fn options(args: &Args) -> Result<SimOptions> {
             .map(drop)
             .with_context(|| format!("{what} {p}"))
     };
-    let trace = args.trace.is_some();
+    // The timeline is drawn from the traces.
+    let trace = args.trace.is_some() || args.timeline_svg.is_some();
     match args.policy.as_deref() {
         Some(p) if crate::policy::is_object(p) => {
             if let Some(base) = &args.base_policy {
@@ -121,25 +131,20 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         out.emit(&rep, || sweep::table(&rep))?;
         return checks_passed(&rep.scenario, rep.failures());
     }
-    let trace_file = match &args.trace {
-        Some(path) => Some((
-            path,
-            std::fs::File::create(path)
-                .with_context(|| format!("creating trace file {}", path.display()))?,
-        )),
-        None => None,
-    };
+    let files = OutFiles::create(&[
+        ("trace", args.trace.as_ref()),
+        ("SVG", args.svg.as_ref()),
+        ("timeline SVG", args.timeline_svg.as_ref()),
+    ])?;
     let (rep, runs) = match report::simulate(&scenario, modes, &opts) {
         Ok(r) => r,
         Err(e) => {
-            // Created only to check the path: an empty file would pass for a trace.
-            if let Some((path, _)) = &trace_file {
-                let _ = std::fs::remove_file(path);
-            }
+            files.discard();
             return Err(e.into());
         }
     };
-    if let Some((path, file)) = trace_file {
+    let [trace, svg, timeline] = files.0;
+    if let Some((path, file)) = trace {
         let mut events = Vec::new();
         for (pid, r) in runs.iter().enumerate() {
             if let Some(t) = &r.trace {
@@ -150,8 +155,46 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         serde_json::to_writer(std::io::BufWriter::new(file), &doc)
             .with_context(|| format!("writing trace {}", path.display()))?;
     }
+    if let Some((path, mut file)) = svg {
+        file.write_all(xpreempt_sim::svg::cdf(&scenario, &rep, &runs).as_bytes())
+            .with_context(|| format!("writing SVG {}", path.display()))?;
+    }
+    if let Some((path, mut file)) = timeline {
+        file.write_all(xpreempt_sim::svg::timeline(&scenario, &runs).as_bytes())
+            .with_context(|| format!("writing timeline SVG {}", path.display()))?;
+    }
     out.emit(&rep, || report::table(&rep) + &report::monitor_lines(&runs))?;
     checks_passed(&rep.scenario, rep.failures())
+}
+
+/// The output files, created before the simulation so that a path that cannot be written fails
+/// at once rather than after minutes of simulating.
+struct OutFiles([Option<(PathBuf, std::fs::File)>; 3]);
+
+impl OutFiles {
+    fn create(paths: &[(&str, Option<&PathBuf>); 3]) -> Result<Self> {
+        let mut files = Self([None, None, None]);
+        for (slot, (what, path)) in files.0.iter_mut().zip(paths) {
+            if let Some(path) = path {
+                match std::fs::File::create(path) {
+                    Ok(f) => *slot = Some((path.to_path_buf(), f)),
+                    Err(e) => {
+                        files.discard();
+                        return Err(anyhow::Error::new(e)
+                            .context(format!("creating {what} file {}", path.display())));
+                    }
+                }
+            }
+        }
+        Ok(files)
+    }
+
+    /// Removes the files: created only to check the paths, an empty file would pass for output.
+    fn discard(self) {
+        for (path, _) in self.0.into_iter().flatten() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// A run that gave up, ran a kernel twice or left a task without a result is a failure,

@@ -105,6 +105,11 @@ fn sim_table_and_trace() {
         ev.iter().filter_map(|e| e["pid"].as_u64()).collect();
     assert_eq!(pids.len(), 5, "one process per mode");
     assert!(ev.iter().any(|e| e["ph"] == "i" && e["name"] == "preempt"));
+    assert!(
+        ev.iter()
+            .any(|e| e["ph"] == "i" && e["name"] == "hw-preempt")
+    );
+    assert!(ev.iter().any(|e| e["ph"] == "i" && e["name"] == "arrival"));
 }
 
 #[test]
@@ -217,6 +222,22 @@ fn arguments_are_checked_before_simulating() {
         (vec!["sim", "--policy", "lottery"], "--policy lottery"),
         (vec!["sim", "--policy", "missing.o"], "missing.o"),
         (vec!["sim", "--bench", "--trace", "t.json"], "--trace"),
+        (
+            vec!["sim", "--svg", missing.to_str().unwrap()],
+            "creating SVG file",
+        ),
+        // The trace's path is fine; it is removed again when the SVG's is not.
+        (
+            vec![
+                "sim",
+                "--trace",
+                "t.json",
+                "--timeline-svg",
+                missing.to_str().unwrap(),
+            ],
+            "creating timeline SVG file",
+        ),
+        (vec!["sim", "--seeds", "2", "--svg", "c.svg"], "--svg"),
     ] {
         let t0 = std::time::Instant::now();
         let o = xpreempt_in(&dir, &args);
@@ -228,6 +249,32 @@ fn arguments_are_checked_before_simulating() {
         assert!(t0.elapsed().as_millis() < 2_000, "{args:?} simulated first");
     }
     assert!(!missing.exists() && !dir.join("t.json").exists());
+    assert!(!dir.join("c.svg").exists());
+}
+
+#[test]
+fn svg_plots_are_written_next_to_an_unchanged_table() {
+    let dir = tmp("svg");
+    let plain = xpreempt_in(&dir, &["sim"]);
+    let o = xpreempt_in(
+        &dir,
+        &["sim", "--svg", "cdf.svg", "--timeline-svg", "timeline.svg"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, plain.stdout, "plots change nothing in the table");
+    let cdf = std::fs::read_to_string(dir.join("cdf.svg")).unwrap();
+    assert!(cdf.starts_with("<svg") && cdf.trim_end().ends_with("</svg>"));
+    assert_eq!(cdf.matches("<path class=\"cdf\"").count(), 5, "{cdf}");
+    let tl = std::fs::read_to_string(dir.join("timeline.svg")).unwrap();
+    assert!(tl.contains("which queue ran when") && tl.contains("class=\"preempt\""));
+    // Deterministic like the table: the same bytes again.
+    let again = xpreempt_in(&dir, &["sim", "--modes", "lv3", "--svg", "one.svg"]);
+    assert!(again.status.success());
+    let one = std::fs::read_to_string(dir.join("one.svg")).unwrap();
+    assert_eq!(one.matches("<path class=\"cdf\"").count(), 1);
+    let twice = xpreempt_in(&dir, &["sim", "--modes", "lv3", "--svg", "two.svg"]);
+    assert!(twice.status.success());
+    assert_eq!(one, std::fs::read_to_string(dir.join("two.svg")).unwrap());
 }
 
 #[test]

@@ -2,8 +2,10 @@
 //! [`runner`] runs one mode (`none`, Scheme A, or Scheme B at lv1/lv2/lv3 — [`scheme_b`], the
 //! core's scheduler and driver loop over the model's HAL); [`report`] puts the modes side by side.
 
+pub mod decisions;
 pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod scheme_b;
+pub mod svg;
 pub mod sweep;

@@ -159,7 +159,7 @@ fn mean(v: &[Nanos]) -> Option<f64> {
 fn run_problems(run: &ModeRun, scenario: &Scenario) -> Vec<String> {
     let mut problems = run.problems.clone();
     for (t, spec) in run.tasks.iter().zip(&scenario.tasks) {
-        let want = spec.arrival.count as usize;
+        let want = spec.arrival.requests() as usize;
         if t.latencies.len() < want {
             problems.push(format!(
                 "task {} completed {} of its {want} requests",

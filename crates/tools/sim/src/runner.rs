@@ -4,6 +4,7 @@
 //! - `scheme-a`: the same, plus the seed's monitor loop.
 //! - `lv1`, `lv2`, `lv3`: Scheme B, the core scheduler and XQueues at that level.
 
+use crate::decisions::DecisionLog;
 use crate::scenario::{Scenario, ScenarioError};
 use crate::scheme_b::{SchemeB, SchemeBError};
 use std::cell::RefCell;
@@ -262,6 +263,7 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
     let mut problems = Vec::new();
     // Validation keeps this below 2^62 ns; checked all the same.
     let limit = Nanos::try_from(scenario.horizon_ns()).map_err(|_| RunError::Clock { mode })?;
+    let mut log = opts.trace.then(|| DecisionLog::new(n));
 
     loop {
         let done = next_arrival == arrivals.len() && outstanding.iter().all(|o| o.is_empty());
@@ -324,7 +326,7 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
             .map_err(model)?;
         }
         if let Some(m) = monitor.as_mut() {
-            m.run_due(&mut gpu.borrow_mut(), now);
+            run_monitor(m, &mut gpu.borrow_mut(), now, log.as_mut());
         }
         if let Some(b) = scheme_b.as_mut() {
             b.timer(now).map_err(sched)?;
@@ -366,7 +368,10 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
             }
         }
         if let Some(m) = monitor.as_mut() {
-            m.run_due(&mut gpu.borrow_mut(), now);
+            run_monitor(m, &mut gpu.borrow_mut(), now, log.as_mut());
+        }
+        if let (Some(b), Some(log)) = (&scheme_b, log.as_mut()) {
+            log.scheme_b(b, now);
         }
     }
 
@@ -407,6 +412,10 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
     }
     let exactly_once =
         check_exactly_once(&gpu, scenario, &queues, &submitted, &signals, &mut problems);
+    let mut trace = gpu.take_trace();
+    if let (Some(t), Some(log)) = (trace.as_mut(), &log) {
+        log.write(t, &arrivals[..next_arrival]);
+    }
     Ok(ModeRun {
         mode,
         tasks,
@@ -419,7 +428,7 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         end: gpu.now(),
         first_arrival: arrivals.first().map_or(0, |a| a.0),
         cu_busy_ns: gpu.cu_busy_ns(),
-        trace: gpu.take_trace(),
+        trace,
         monitor: monitor.map(|m| (m.stats, m.resume_latency)),
     })
 }
@@ -481,9 +490,16 @@ fn record_detections(m: &Monitor, arrivals: &[(Nanos, usize)], tasks: &mut [Task
     }
 }
 
+/// Scheme A's due checks, logged for the trace when one is kept.
+fn run_monitor(m: &mut Monitor, gpu: &mut Gpu, now: Nanos, log: Option<&mut DecisionLog>) {
+    match log {
+        Some(log) => log.run_monitor(m, gpu, now),
+        None => m.run_due(gpu, now),
+    }
+}
+
 /// The application side of `none`/`scheme-a`: writes as many kernels as its ring has room for.
 #[allow(clippy::too_many_arguments)]
-/// Without Scheme B the application writes straight into every task's ring, as far as it has room.
 fn write_backlogs(
     gpu: &mut Gpu,
     scenario: &Scenario,

@@ -22,19 +22,31 @@
 //! arrival = { at_us = 16200.0, count = 1, every_us = 0.0, poisson = false }
 //! ```
 //!
+//! Two shorthands make larger scenarios short to write:
+//!
+//! - `count = 20` on a task makes 20 copies of it, named `infer-0` … `infer-19`, each its own
+//!   queue with the same settings (a name that clashes with another task's is an error). With
+//!   poisson arrivals each copy draws its own gaps; otherwise the copies arrive together.
+//! - `arrival` takes explicit points instead of a series, `arrival = { times_us = [0, 100,
+//!   150] }` (any order; `at_us`, `count`, `every_us` and `poisson` must then be left out), and
+//!   either form takes bursts: `burst = 8` requests at every point, `burst_every_us` apart
+//!   (default 0, all at once). `arrival = { at_us = 0, count = 5, every_us = 10000, burst = 8,
+//!   burst_every_us = 50 }` is five bursts of eight requests, 10 ms apart.
+//!
 //! Every time (`*_us`) must be a finite number below 2^62 ns (about 4.6e15 µs): zero or more
 //! for arrival times, `doorbell_us`, `runlist_us` and the `cwsr` costs, more than zero for
 //! `wg_us`, `quantum_us`, `unmap_timeout_us` and `check_interval_us`. What one scenario may
 //! ask of the simulator is bounded too; [`Scenario::validate`] refuses anything past these,
 //! naming the field and the limit:
 //!
-//! - at most [`MAX_TASKS`] tasks, and `ring_size` a power of two in 2..=65536;
-//! - at most [`MAX_REQUESTS`] requests (`arrival.count` summed over tasks), [`MAX_COMMANDS`]
-//!   kernels (`arrival.count × kernels`) and [`MAX_TOTAL_WORKGROUPS`] workgroups
-//!   (`arrival.count × kernels × kernel.workgroups`);
+//! - at most [`MAX_TASKS`] tasks (copies included), and `ring_size` a power of two in
+//!   2..=65536;
+//! - at most [`MAX_REQUESTS`] requests (`arrival.count` or the length of `times_us`, × `burst`,
+//!   summed over tasks), [`MAX_COMMANDS`] kernels (requests × `kernels`) and
+//!   [`MAX_TOTAL_WORKGROUPS`] workgroups (requests × `kernels × kernel.workgroups`);
 //! - the longest run the scenario can make must end before 2^62 ns: the latest arrival
 //!   (`at_us + (count - 1) × every_us`, with `every_us` × [`POISSON_MAX_GAP`] for poisson
-//!   arrivals), plus [`WORK_SLACK`] × every workgroup's `wg_us` back to back, plus one HWS
+//!   arrivals, or the latest of `times_us`; plus `(burst - 1) × burst_every_us`), plus [`WORK_SLACK`] × every workgroup's `wg_us` back to back, plus one HWS
 //!   rotation per kernel, plus 1 s — the point where the runner gives up on outstanding work
 //!   ([`Scenario::horizon_ns`]);
 //! - Scheme A's monitor and the HWS quantum tick at most [`MAX_TICKS`] times over that run
@@ -47,16 +59,19 @@ use xpreempt_amd::config::{GpuConfig, MAX_TIME_NS, time_us_ok, time_us_requireme
 use xpreempt_amd::rng::SplitMix;
 use xpreempt_core::{Nanos, Priority, ProcessId};
 
+mod arrival;
+pub use arrival::Arrival;
+
 /// The seed's train-vs-infer timeline; `xpreempt sim` runs it when given no file.
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../../scenarios/train-vs-infer.toml");
 
 /// Most tasks (queues) in one scenario.
 pub const MAX_TASKS: usize = 1024;
-/// Most requests in one scenario: `arrival.count` summed over its tasks.
+/// Most requests in one scenario: each task's `arrival.requests()` summed.
 pub const MAX_REQUESTS: u64 = 1_000_000;
-/// Most kernels (commands) in one scenario: `arrival.count × kernels` summed over its tasks.
+/// Most kernels (commands) in one scenario: requests × `kernels`, summed over its tasks.
 pub const MAX_COMMANDS: u64 = 10_000_000;
-/// Most workgroups in one scenario, `arrival.count × kernels × kernel.workgroups` summed over
+/// Most workgroups in one scenario, requests × `kernels × kernel.workgroups` summed over
 /// its tasks: a few minutes per mode at the model's few million workgroups per second.
 pub const MAX_TOTAL_WORKGROUPS: u64 = 1_000_000_000;
 /// Most periodic checks (Scheme A's monitor, the HWS quantum) over the longest run.
@@ -180,6 +195,14 @@ pub struct Task {
     pub kernel: KernelSpec,
     #[serde(default)]
     pub arrival: Arrival,
+    /// Copies of this task, each its own queue; [`Scenario::parse`] expands them, so a parsed
+    /// scenario has 1 everywhere.
+    #[serde(default = "one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn default_process() -> ProcessId {
@@ -207,38 +230,48 @@ fn default_threads() -> u16 {
     256
 }
 
-/// When a task's requests arrive: `count` requests from `at_us`, `every_us` apart (the mean
-/// gap of exponential inter-arrival times when `poisson`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Arrival {
-    pub at_us: f64,
-    pub count: u32,
-    pub every_us: f64,
-    pub poisson: bool,
-}
-
-impl Default for Arrival {
-    fn default() -> Self {
-        Self {
-            at_us: 0.0,
-            count: 1,
-            every_us: 0.0,
-            poisson: false,
-        }
-    }
-}
-
 impl Scenario {
     pub fn parse(text: &str) -> Result<Self, ScenarioError> {
         let mut s: Scenario = toml::from_str(text)?;
         s.gpu.seed = s.seed;
+        s.expand_copies()?;
         s.validate()?;
         Ok(s)
     }
 
     pub fn default_scenario() -> Result<Self, ScenarioError> {
         Self::parse(DEFAULT_SCENARIO)
+    }
+
+    /// Replaces every task of `count = n` by its n copies `name-0` … `name-{n-1}`. The total
+    /// is checked first: a count of four billion must not allocate four billion tasks.
+    pub fn expand_copies(&mut self) -> Result<(), ScenarioError> {
+        if let Some(t) = self.tasks.iter().find(|t| t.count == 0) {
+            return Err(self.invalid(format!("task `{}`: count must be at least 1", t.name)));
+        }
+        let total: u128 = self.tasks.iter().map(|t| u128::from(t.count)).sum();
+        self.at_most(
+            "tasks (count summed over tasks)",
+            total,
+            "tasks",
+            MAX_TASKS as u64,
+        )?;
+        let mut tasks = Vec::with_capacity(total as usize);
+        for t in std::mem::take(&mut self.tasks) {
+            if t.count == 1 {
+                tasks.push(t);
+                continue;
+            }
+            for i in 0..t.count {
+                tasks.push(Task {
+                    name: format!("{}-{i}", t.name),
+                    count: 1,
+                    ..t.clone()
+                });
+            }
+        }
+        self.tasks = tasks;
+        Ok(())
     }
 
     fn invalid(&self, reason: String) -> ScenarioError {
@@ -347,13 +380,12 @@ impl Scenario {
             if u32::from(t.kernel.wg_threads).div_ceil(64) > self.gpu.waves_per_cu {
                 return Err(bad("a workgroup has more waves than a CU has slots"));
             }
-            if t.arrival.count == 0 {
-                return Err(bad("arrival needs count >= 1"));
+            if t.count != 1 {
+                return Err(bad(
+                    "count is not expanded into copies (Scenario::expand_copies)",
+                ));
             }
-            self.time(field("arrival.at_us"), t.arrival.at_us, true)?;
-            self.time(field("arrival.every_us"), t.arrival.every_us, true)?;
-            let (last, how) = Self::last_arrival_bound(t);
-            self.before_the_limit(field(how), last)?;
+            self.check_arrival(t)?;
             if let Some([first, count]) = t.cu_range
                 && (count == 0 || first.saturating_add(count) > self.gpu.cus)
             {
@@ -367,14 +399,14 @@ impl Scenario {
             }
         }
         let sum = |f: &dyn Fn(&Task) -> u128| self.tasks.iter().map(f).sum::<u128>();
-        let requests = sum(&|t| u128::from(t.arrival.count));
+        let requests = sum(&|t| u128::from(t.arrival.requests()));
         self.at_most(
             "arrival.count summed over tasks",
             requests,
             "requests",
             MAX_REQUESTS,
         )?;
-        let commands = sum(&|t| u128::from(t.arrival.count) * u128::from(t.kernels));
+        let commands = sum(&|t| u128::from(t.arrival.requests()) * u128::from(t.kernels));
         self.at_most(
             "arrival.count × kernels summed over tasks",
             commands,
@@ -382,7 +414,9 @@ impl Scenario {
             MAX_COMMANDS,
         )?;
         let workgroups = sum(&|t| {
-            u128::from(t.arrival.count) * u128::from(t.kernels) * u128::from(t.kernel.workgroups)
+            u128::from(t.arrival.requests())
+                * u128::from(t.kernels)
+                * u128::from(t.kernel.workgroups)
         });
         self.at_most(
             "arrival.count × kernels × kernel.workgroups summed over tasks",
@@ -415,21 +449,6 @@ impl Scenario {
         Ok(())
     }
 
-    /// The latest a task's last request can arrive, in ns, and how that is computed.
-    fn last_arrival_bound(t: &Task) -> (u128, &'static str) {
-        let a = &t.arrival;
-        let (gap, how) = if a.poisson {
-            (
-                us(a.every_us * POISSON_MAX_GAP),
-                "arrival (at_us + (count - 1) × every_us × 37, the longest poisson gaps)",
-            )
-        } else {
-            (us(a.every_us), "arrival (at_us + (count - 1) × every_us)")
-        };
-        let n = u128::from(a.count.saturating_sub(1));
-        (u128::from(us(a.at_us)) + n * u128::from(gap), how)
-    }
-
     /// The longest run this scenario can make, in ns: the latest possible arrival, plus
     /// [`WORK_SLACK`] × every workgroup's time back to back, plus one full HWS rotation per
     /// kernel, plus [`RUN_SLACK_NS`]. The runner gives up there; validation keeps it below
@@ -444,14 +463,14 @@ impl Scenario {
         let last = self
             .tasks
             .iter()
-            .map(|t| Self::last_arrival_bound(t).0)
+            .map(|t| t.arrival.last_bound().0)
             .max()
             .unwrap_or(0);
         let serial: u128 = self
             .tasks
             .iter()
             .map(|t| {
-                u128::from(t.arrival.count)
+                u128::from(t.arrival.requests())
                     .saturating_mul(u128::from(t.kernels))
                     .saturating_mul(u128::from(t.kernel.workgroups))
                     .saturating_mul(u128::from(us(t.kernel.wg_us)))
@@ -460,7 +479,7 @@ impl Scenario {
         let commands: u128 = self
             .tasks
             .iter()
-            .map(|t| u128::from(t.arrival.count).saturating_mul(u128::from(t.kernels)))
+            .map(|t| u128::from(t.arrival.requests()).saturating_mul(u128::from(t.kernels)))
             .fold(0, u128::saturating_add);
         last.saturating_add(serial.saturating_mul(WORK_SLACK))
             .saturating_add(commands.saturating_mul(self.rotation_ns()))
@@ -485,17 +504,7 @@ impl Scenario {
         let mut rng = SplitMix::new(self.seed ^ 0xa11e_0000);
         let mut out = Vec::new();
         for (i, t) in self.tasks.iter().enumerate() {
-            let mut at = us(t.arrival.at_us);
-            for _ in 0..t.arrival.count {
-                out.push((at, i));
-                let gap = if t.arrival.poisson {
-                    let u = rng.next_unit();
-                    -t.arrival.every_us * (1.0 - u).ln()
-                } else {
-                    t.arrival.every_us
-                };
-                at = at.saturating_add(us(gap));
-            }
+            t.arrival.push_times(i, &mut rng, &mut out);
         }
         out.sort_by_key(|&(t, i)| (t, i));
         out
@@ -512,7 +521,8 @@ impl Scenario {
         self.tasks
             .iter()
             .map(|t| {
-                u64::from(t.arrival.count)
+                t.arrival
+                    .requests()
                     .saturating_mul(u64::from(t.kernels))
                     .saturating_mul(u64::from(t.kernel.workgroups))
             })
