@@ -81,6 +81,7 @@ pub(super) fn be_spec(p: &LcbeParams, level: Option<Level>, prio: i32, guarded: 
         batch: if lv2 { 1 } else { 2 },
         static_timeslice_us: None,
         max_secs: p.secs + 30.0,
+        agent: None,
     }
 }
 
@@ -96,6 +97,7 @@ fn lc_spec(p: &LcbeParams, prio: i32, signal: bool) -> LcSpec {
         signal,
         timeslice_us: None,
         alone: false,
+        agent: None,
     }
 }
 
@@ -223,17 +225,8 @@ fn run_scenario(
             let lc_r = match lc {
                 Some(spec) => Some(run_lc(e, &spec, ctl)?),
                 None => {
-                    // BE alone: measure over the same window as an LC run would.
-                    let t = std::time::Instant::now();
-                    while ctl.be_ready.load(std::sync::atomic::Ordering::Acquire) == 0
-                        && t.elapsed() < Duration::from_secs(30)
-                    {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    std::thread::sleep(Duration::from_millis(200));
-                    ctl.phase.store(1, std::sync::atomic::Ordering::Release);
-                    std::thread::sleep(Duration::from_secs_f64(p.secs));
-                    ctl.phase.store(2, std::sync::atomic::Ordering::Release);
+                    // BE alone: measured over the same window as an LC run would be.
+                    ctl.window(|| std::thread::sleep(Duration::from_secs_f64(p.secs)))?;
                     None
                 }
             };

@@ -10,7 +10,6 @@ use lcbe::{LcbeParams, be_spec, child_role, ctl_path};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command as Proc, Stdio};
-use std::time::Duration;
 use xpreempt_bench::control::SharedControl;
 use xpreempt_bench::{Env, latency, svg};
 use xpreempt_core::Level;
@@ -300,19 +299,10 @@ fn lv3_probe(out: &Output, device: i32, window_ms: u64, o: Option<&Path>) -> Res
         .env_remove("LD_PRELOAD")
         .stdout(Stdio::piped())
         .spawn()?;
-    let t = std::time::Instant::now();
-    while ctl.be_ready.load(std::sync::atomic::Ordering::Acquire) == 0
-        && t.elapsed() < Duration::from_secs(30)
-    {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    ctl.phase.store(1, std::sync::atomic::Ordering::Release);
-    let r = xpreempt_bench::lv3probe::probe(&e, window_ms);
-    ctl.phase.store(2, std::sync::atomic::Ordering::Release);
+    let r = ctl.window(|| xpreempt_bench::lv3probe::probe(&e, window_ms));
     let _ = child.wait_with_output();
     let _ = std::fs::remove_file(&path);
-    let r = r?;
+    let r = r??;
     if let Some(path) = o {
         std::fs::write(path, serde_json::to_string_pretty(&r)?)?;
     }
