@@ -44,6 +44,7 @@ impl Kid {
         for (k, v) in envs {
             c.env(k, v);
         }
+        die_with_parent(&mut c, libc::SIGKILL);
         let child = c
             .spawn()
             .with_context(|| format!("starting the {who} process"))?;
@@ -78,6 +79,28 @@ impl Drop for Kid {
     }
 }
 
+/// The child gets `signal` when this process dies, however it dies (killed by a timeout, say):
+/// a BE loop or a daemon must not outlive its benchmark and skew the next one. (Linux sends it
+/// when the spawning thread ends: every spawn here is on the main thread.)
+fn die_with_parent(c: &mut Proc, signal: libc::c_int) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // calls (prctl, getppid, _exit) on plain integers; it allocates nothing and takes no lock.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died between fork and prctl: the signal will never come.
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
 /// `xpreempt daemon` on a private socket, for one scenario.
 pub(super) struct Daemon {
     child: Child,
@@ -101,17 +124,18 @@ impl Daemon {
         let socket = dir.join("xpreempt.sock");
         // A socket left by an earlier run of the same pid would answer nothing.
         let _ = std::fs::remove_file(&socket);
-        let child = Proc::new(exe)
-            .args(["daemon", "--policy", "hpf", "--socket"])
+        let mut c = Proc::new(exe);
+        c.args(["daemon", "--policy", "hpf", "--socket"])
             .arg(&socket)
             // The daemon schedules; it must not load the ioctl shim some scenarios preload.
             .env_remove("LD_PRELOAD")
             .stdin(Stdio::null())
             // Our stdout is the result (one JSON object under --json); its messages go to stderr.
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn();
-        let child = match child {
+            .stderr(Stdio::inherit());
+        // SIGTERM: the daemon's clean stop, which removes its socket.
+        die_with_parent(&mut c, libc::SIGTERM);
+        let child = match c.spawn() {
             Ok(c) => c,
             Err(err) => {
                 let _ = std::fs::remove_dir_all(&dir);

@@ -88,13 +88,15 @@ pub struct LcSpec {
 
 impl LcSpec {
     /// The LC side's XQueue, where it has one (scheduler paths): Lv1, since nothing preempts
-    /// it, with a window deep enough for one request's kernels.
+    /// it; a window of two requests, and one sync point per request (as the native loop syncs
+    /// its stream once per request) rather than one per kernel.
     pub fn queue(&self) -> QueueSpec {
+        let kernels = self.kernels.max(1);
         QueueSpec {
             level: Level::Lv1,
             stream_priority: self.stream_priority,
-            threshold: 2,
-            batch: 1,
+            threshold: 2 * kernels,
+            batch: kernels,
         }
     }
 
