@@ -241,4 +241,31 @@ mod tests {
         ));
         assert!(!dir.exists(), "{} left behind", dir.display());
     }
+
+    /// The `xpreempt` binary cargo builds for the integration tests, next to this test's own
+    /// directory (target/debug/deps/..).
+    fn xpreempt_bin() -> Option<PathBuf> {
+        let exe = std::env::current_exe().ok()?;
+        let bin = exe.parent()?.parent()?.join("xpreempt");
+        bin.exists().then_some(bin)
+    }
+
+    #[test]
+    fn the_private_daemon_serves_agents_and_stops_cleanly() {
+        let Some(exe) = xpreempt_bin() else {
+            eprintln!("skipped: no xpreempt binary next to the test (cargo test builds it)");
+            return;
+        };
+        let d = Daemon::start_with(&exe, "t-serves").expect("daemon starts");
+        let spec = xpreempt_bench::queue::AgentSpec {
+            socket: d.socket().to_path_buf(),
+            priority: 10,
+        };
+        let agent = spec.connect("test").expect("the agent reaches the daemon");
+        assert!(agent.is_remote());
+        drop(agent);
+        let dir = d.dir.clone();
+        d.stop().expect("a clean stop");
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
 }

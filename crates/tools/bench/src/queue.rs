@@ -146,3 +146,41 @@ pub fn ensure_remote(agent: &Agent, socket: &std::path::Path) -> Result<()> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agent_that_finds_no_daemon_is_an_error_not_a_local_run() {
+        let spec = AgentSpec {
+            socket: std::env::temp_dir().join(format!(
+                "xpreempt-bench-no-daemon-{}/xpreempt.sock",
+                std::process::id()
+            )),
+            priority: 10,
+        };
+        let err = spec.connect("test").map(|_| ()).expect_err("no daemon");
+        assert!(matches!(err, BenchError::NoDaemon { .. }), "{err}");
+        assert!(err.to_string().contains("no xpreempt daemon answered"));
+    }
+
+    #[test]
+    fn specs_cross_the_process_boundary_intact() {
+        let a = AgentSpec {
+            socket: "/tmp/x.sock".into(),
+            priority: -3,
+        };
+        let json = serde_json::to_string(&a).expect("json");
+        assert_eq!(serde_json::from_str::<AgentSpec>(&json).expect("back"), a);
+        let q = QueueSpec {
+            level: Level::Lv2,
+            stream_priority: -5,
+            threshold: 2,
+            batch: 1,
+        };
+        assert!(q.config().is_ok());
+        let bad = QueueSpec { batch: 3, ..q };
+        assert!(matches!(bad.config(), Err(BenchError::QueueConfig(_))));
+    }
+}
