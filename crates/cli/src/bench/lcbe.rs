@@ -10,7 +10,6 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 use xpreempt_bench::Env;
 use xpreempt_bench::control::SharedControl;
 use xpreempt_bench::queue::AgentSpec;
@@ -82,9 +81,7 @@ fn run_scenario(e: &Env, p: &LcbeParams, name: &str) -> Result<Pair> {
             let lc_r = match lc {
                 Some(spec) => run_lc(e, &spec, ctl).map(Some),
                 // BE alone: measured over the same window as an LC run would be.
-                None => ctl
-                    .window(|| std::thread::sleep(Duration::from_secs_f64(p.secs)))
-                    .map(|()| None),
+                None => ctl.window(|| std::thread::sleep(p.window())).map(|()| None),
             };
             let be_r = match be_h {
                 Some(h) => Some(

@@ -1,9 +1,10 @@
 //! The LC/BE scenarios of `xpreempt bench lcbe`: what each one runs (a [`Plan`]), which path it
 //! measures, and the checks on the command line made before any GPU work.
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use std::path::PathBuf;
+use std::time::Duration;
 use xpreempt_bench::roles::{BeSpec, LcSpec};
 use xpreempt_core::Level;
 use xpreempt_cuda::mps::Sharing;
@@ -40,6 +41,11 @@ pub(super) struct LcbeParams {
 }
 
 impl LcbeParams {
+    /// The measuring window (valid once `validate` passed).
+    pub(super) fn window(&self) -> Duration {
+        Duration::try_from_secs_f64(self.secs).unwrap_or_default()
+    }
+
     /// The numbers every scenario relies on (checked before the GPU is opened).
     pub(super) fn validate(&self) -> Result<()> {
         let positive = |v: f64| v.is_finite() && v > 0.0;
@@ -49,6 +55,8 @@ impl LcbeParams {
                 self.secs
             );
         }
+        // The BE side runs up to 30 s longer than the window (its start and drain).
+        xpreempt_bench::run_length(self.secs + 30.0).context("--secs")?;
         if !positive(self.block_us) || !positive(self.kernel_us) {
             bail!(
                 "--block-us ({}) and --kernel-us ({}) must be positive",
@@ -410,6 +418,7 @@ mod tests {
             (1.0, 20.0, -1.0),
             (1.0, 20.0, 10.0),
             (1.0, f64::INFINITY, f64::INFINITY),
+            (1e300, 20.0, 1000.0),
         ] {
             let p = LcbeParams {
                 secs,

@@ -148,6 +148,23 @@ fn with_iters(mut k: Kernel, iters: u32) -> Kernel {
     k
 }
 
+/// A run's length in seconds, as a duration: a negative, NaN or absurdly long one is an error
+/// (`Duration::from_secs_f64` would panic on it).
+pub fn run_length(secs: f64) -> Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero() && *d <= MAX_RUN)
+        .ok_or_else(|| {
+            BenchError::Spec(format!(
+                "a run of {secs} s: give a positive number of seconds, at most {}",
+                MAX_RUN.as_secs()
+            ))
+        })
+}
+
+/// The longest run a benchmark side accepts (a day): a deadline this far is never reached.
+pub const MAX_RUN: std::time::Duration = std::time::Duration::from_secs(86_400);
+
 /// p-th percentile (0..=100) of unsorted samples.
 pub fn percentile(samples: &mut [f64], p: f64) -> f64 {
     if samples.is_empty() {
@@ -191,6 +208,17 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use crate::*;
+
+    #[test]
+    fn run_lengths_are_checked() {
+        assert_eq!(
+            run_length(1.5).ok(),
+            Some(std::time::Duration::from_millis(1500))
+        );
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e300, 86_401.0] {
+            assert!(run_length(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn percentiles() {

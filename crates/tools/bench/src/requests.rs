@@ -108,7 +108,7 @@ pub fn request_loop(
             ctl.wait_for_be(Control::BE_START_PATIENCE)?;
         }
         ctl.phase.store(1, Release);
-        let end = Instant::now() + Duration::from_secs_f64(spec.secs);
+        let end = Instant::now() + crate::run_length(spec.secs)?;
         let mut lat = Vec::new();
         while Instant::now() < end {
             std::thread::sleep(arrivals.next_gap());

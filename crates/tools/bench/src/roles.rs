@@ -10,7 +10,7 @@ use crate::{BenchError, Env, Result, Shape};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
 use xpreempt_core::{Command, HwQueue, Level, QueueId};
 use xpreempt_cuda::Kernel;
@@ -103,12 +103,7 @@ impl LcSpec {
     /// Rejects a spec the request loop cannot run (before any GPU work).
     pub fn validate(&self) -> Result<()> {
         let bad = |why: String| Err(BenchError::Spec(why));
-        if !(self.secs.is_finite() && self.secs > 0.0) {
-            return bad(format!(
-                "the LC run must last a positive time, not {} s",
-                self.secs
-            ));
-        }
+        crate::run_length(self.secs)?;
         if self.kernels == 0 || self.blocks == 0 {
             return bad("an LC request needs at least one kernel of one block".into());
         }
@@ -278,7 +273,7 @@ pub fn run_be_on(
         units: AtomicU64::new(0),
     };
     let stop = AtomicBool::new(false);
-    let deadline = Instant::now() + Duration::from_secs_f64(spec.max_secs);
+    let deadline = Instant::now() + crate::run_length(spec.max_secs)?;
     let started = Instant::now();
     let (k, units) = be_kernel(env, spec, xq.is_some() && spec.guarded)?;
     let feed = Feed {
