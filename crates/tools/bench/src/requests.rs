@@ -39,7 +39,8 @@ impl Arrivals {
             // Zero is xorshift's fixed point.
             state: seed.max(1),
             min_us,
-            span: max_us - min_us + 1,
+            // The whole u64 range would need one more: a span one short of it is the same in practice.
+            span: (max_us - min_us).saturating_add(1),
         })
     }
 
@@ -168,6 +169,8 @@ mod tests {
         let mut fixed = Arrivals::new(0, 7, 7).expect("a single value is a range");
         assert_eq!(fixed.next_us(), 7);
         assert!(Arrivals::new(LC_SEED, 10, 9).is_err());
+        let mut wide = Arrivals::new(LC_SEED, 0, u64::MAX).expect("the widest range");
+        wide.next_us();
     }
 
     #[test]
