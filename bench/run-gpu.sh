@@ -11,7 +11,9 @@
 #   exe() { sed -n 's/^ *Executable .*(\(.*\))$/\1/p'; }
 #   cp "$(cargo test --release -p xpreempt-bench --test gpu --no-run 2>&1 | exe)" .carry/gpu-tests
 #   cp "$(cargo test --release -p xpreempt-cuda --test conformance --no-run 2>&1 | exe)" .carry/cuda-conformance
-# Then on the device: `bash .carry/run-gpu.sh` (or STEPS="tests" ... for a subset).
+# Then on the device: `bash .carry/run-gpu.sh` (or STEPS="tests" ... for a subset). Steps: info lv3
+# tests daemon sched latency smoke lcbe-persistent mps-persistent lcbe mps daemon-gpu mps-daemon
+# (the last two: global mode through a private `xpreempt daemon`, SECS=5 per scenario).
 set -u
 C=$(pwd)/.carry
 R=/tmp/xp-results; mkdir -p $R
@@ -22,9 +24,29 @@ export XPREEMPT_LOG=${XPREEMPT_LOG:-warn}
 XP=$C/xpreempt
 SHIM=$C/libxpreempt_shim.so
 STEPS=${STEPS:-info tests latency lcbe mps}
+# Measuring window of the global-mode steps (daemon-gpu, mps-daemon), seconds per scenario.
+SECS=${SECS:-5}
+# Steps that record failures here make the script exit 1 at the end.
+FAILED=""
+# `bench lcbe` for a step that must not fail silently: exit 3 means it ran and printed, but a
+# scenario failed (its error is in the table and the JSON).
+lcbe() {
+  local what=$1; shift
+  timeout ${LCBE_TIMEOUT:-110} $XP bench lcbe "$@" || { echo "FAILED: bench lcbe $what (rc $?)"; FAILED="$FAILED $what"; }
+}
+mps_start() {
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/xp-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/xp-mps-log
+  # MPS clients get few hardware connections by default, so streams of one process can share
+  # one and serialize (seen: in-process LC p99 0.8 ms behind a persistent BE). MPS_CONN=32 raises it.
+  [ -n "${MPS_CONN:-}" ] && export CUDA_DEVICE_MAX_CONNECTIONS=$MPS_CONN
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  nvidia-cuda-mps-control -d && echo "MPS daemon started"
+  trap 'echo quit | nvidia-cuda-mps-control; finish' EXIT
+}
+mps_stop() { echo quit | nvidia-cuda-mps-control; sleep 1; trap finish EXIT; }
 date -u; nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv; cat /proc/driver/nvidia/version
 echo "nvrtc: $NV"
-finish() { cd $R && tar czf $OUT/results.tgz . ; }
+finish() { (cd $R && tar czf $OUT/results.tgz .); if [ -n "$FAILED" ]; then echo "FAILED steps:$FAILED"; exit 1; fi; }
 trap finish EXIT
 for s in $STEPS; do case $s in
 info)
@@ -56,32 +78,39 @@ lcbe-persistent)
   S=lc-alone,be-alone,be-alone-xp,prio-1proc,xp-lv2-1proc,xp-sched-lv2-1proc
   timeout 100 $XP bench lcbe --scenarios $S --persistent --label timesliced --out $R/lcbe-persistent.json --svg $R/lcbe-persistent.svg ;;
 mps-persistent)
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/xp-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/xp-mps-log
-  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-  [ -n "${MPS_CONN:-}" ] && export CUDA_DEVICE_MAX_CONNECTIONS=$MPS_CONN
-  nvidia-cuda-mps-control -d && echo "MPS daemon started"
-  trap 'echo quit | nvidia-cuda-mps-control; finish' EXIT
+  mps_start
   S=lc-alone,be-alone,be-alone-xp,mps-prio,xp-mps-2proc,xp-lv2-1proc
   timeout 120 $XP bench lcbe --scenarios $S --persistent --label mps --out $R/lcbe-mps-persistent.json --svg $R/lcbe-mps-persistent.svg
-  echo quit | nvidia-cuda-mps-control; sleep 1; trap finish EXIT ;;
+  mps_stop ;;
 lcbe)
   S=lc-alone,be-alone,be-alone-xp,native-2proc,prio-1proc,xp-lv1-1proc,xp-lv2-1proc,xp-sched-lv2-1proc,xp-lv3-2proc,xp-lv3static-2proc
   timeout 150 $XP bench lcbe --scenarios $S --label timesliced --shim $SHIM --out $R/lcbe.json --svg $R/lcbe.svg
   timeout 150 $XP bench lcbe --scenarios $S --persistent --label timesliced --shim $SHIM --out $R/lcbe-persistent.json --svg $R/lcbe-persistent.svg ;;
 mps)
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/xp-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/xp-mps-log
-  # MPS clients get few hardware connections by default, so streams of one process can share
-  # one and serialize (seen: in-process LC p99 0.8 ms behind a persistent BE). MPS_CONN=32 raises it.
-  [ -n "${MPS_CONN:-}" ] && export CUDA_DEVICE_MAX_CONNECTIONS=$MPS_CONN
-  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-  nvidia-cuda-mps-control -d && echo "MPS daemon started"
-  trap 'echo quit | nvidia-cuda-mps-control; finish' EXIT
+  mps_start
   timeout 60 $XP --json bench info | tee $R/info-mps.json
   S=lc-alone,be-alone,be-alone-xp,mps-default,mps-prio,mps-client-prio,xp-mps-2proc,xp-lv2-1proc,xp-sched-lv2-1proc
   timeout 150 $XP bench lcbe --scenarios $S --label mps --out $R/lcbe-mps.json --svg $R/lcbe-mps.svg
   timeout 150 $XP bench lcbe --scenarios $S --persistent --label mps --out $R/lcbe-mps-persistent.json --svg $R/lcbe-mps-persistent.svg
   # Same-process scenarios again with more connections:
   CUDA_DEVICE_MAX_CONNECTIONS=32 timeout 100 $XP bench lcbe --scenarios lc-alone,be-alone,prio-1proc,xp-lv2-1proc,xp-sched-lv2-1proc --persistent --label mps-conn32 --out $R/lcbe-mps-conn32-persistent.json --svg $R/lcbe-mps-conn32-persistent.svg
-  echo quit | nvidia-cuda-mps-control; sleep 1; trap finish EXIT ;;
+  mps_stop ;;
+daemon-gpu)
+  # Global mode on the GPU: LC and BE in two processes whose agents register with a private
+  # `xpreempt daemon` (time-sliced contexts), next to the one-process paths and Lv3 (shim).
+  # lc-alone-daemon / lc-alone is the whole stack's cost on an idle GPU (goal: p99 <= 1.05x).
+  # About 2 x (7 x (SECS + 3) s): under 4 minutes at SECS=5.
+  S=lc-alone,lc-alone-daemon,be-alone,xp-lv2-1proc,xp-sched-lv2-1proc,xp-daemon-2proc,xp-lv3-2proc
+  lcbe daemon-gpu --scenarios $S --secs $SECS --label daemon --shim $SHIM --out $R/lcbe-daemon.json --svg $R/lcbe-daemon.svg
+  lcbe daemon-gpu-persistent --scenarios $S --secs $SECS --persistent --label daemon --shim $SHIM --out $R/lcbe-daemon-persistent.json --svg $R/lcbe-daemon-persistent.svg ;;
+mps-daemon)
+  # The same under MPS: LC and BE share one hardware context, stream priorities reach across
+  # processes, and the daemon suspends the BE queue (Lv2) as in xp-mps-2proc's controller.
+  mps_start
+  timeout 60 $XP --json bench info | tee $R/info-mps-daemon.json
+  S=lc-alone,lc-alone-daemon,be-alone,mps-prio,xp-mps-2proc,xp-daemon-mps-2proc
+  lcbe mps-daemon --scenarios $S --secs $SECS --label mps-daemon --out $R/lcbe-mps-daemon.json --svg $R/lcbe-mps-daemon.svg
+  lcbe mps-daemon-persistent --scenarios $S --secs $SECS --persistent --label mps-daemon --out $R/lcbe-mps-daemon-persistent.json --svg $R/lcbe-mps-daemon-persistent.svg
+  mps_stop ;;
 esac; done
 date -u

@@ -2,16 +2,17 @@
 //! this binary as a child with `bench role`.
 
 mod lcbe;
+mod procs;
+mod scenarios;
 
 use crate::output::Output;
 use anyhow::{Context, Result, bail};
 use clap::{Args as ClapArgs, Subcommand};
-use lcbe::{LcbeParams, be_spec, child_role, ctl_path};
+use lcbe::{CtlFile, child_role};
+use procs::Kid;
+use scenarios::{LcbeParams, be_spec};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::process::{Command as Proc, Stdio};
-use std::time::Duration;
-use xpreempt_bench::control::SharedControl;
 use xpreempt_bench::{Env, latency, svg};
 use xpreempt_core::Level;
 
@@ -45,13 +46,15 @@ enum What {
     },
     /// LC/BE scenarios side by side.
     Lcbe {
-        /// Comma-separated scenario names (see `--help`): lc-alone, be-alone, be-alone-xp,
-        /// native-2proc, prio-1proc, xp-lv1-1proc, xp-lv2-1proc, xp-sched-lv2-1proc, xp-lv3-2proc,
-        /// xp-lv3static-2proc,
-        /// mps-default, mps-prio, mps-client-prio, xp-mps-2proc.
-        /// Each result's `path` says what it measures: "scheduler" (through xpreempt's
-        /// scheduler), "mechanism (bench-only controller)" (the preemption mechanism driven by
-        /// the benchmark's shared control word, bypassing the scheduler) or "baseline".
+        /// Comma-separated scenario names: lc-alone, lc-alone-daemon, be-alone, be-alone-xp,
+        /// native-2proc, prio-1proc, xp-lv1-1proc, xp-lv2-1proc, xp-sched-lv2-1proc,
+        /// xp-daemon-2proc, xp-lv3-2proc, xp-lv3static-2proc, mps-default, mps-prio,
+        /// mps-client-prio, xp-mps-2proc, xp-daemon-mps-2proc (the last under an MPS daemon).
+        /// Each result's `path` says what it measures: "scheduler" (xpreempt's scheduler in this
+        /// process), "scheduler (xpreemptd)" (two processes whose agents register with a private
+        /// `xpreempt daemon` this command starts), "mechanism (bench-only controller)" (the
+        /// preemption mechanism driven by the benchmark's shared control word, bypassing the
+        /// scheduler) or "baseline". Exits 3 after printing when any scenario failed.
         #[arg(long)]
         scenarios: String,
         #[arg(long, default_value_t = 20.0)]
@@ -271,8 +274,7 @@ fn latency_sweep(
 
 fn lv3_probe(out: &Output, device: i32, window_ms: u64, o: Option<&Path>) -> Result<()> {
     let e = env(device)?;
-    let path = ctl_path("lv3probe");
-    let ctl = SharedControl::open(&path, true)?;
+    let ctl = CtlFile::create("lv3probe")?;
     let p = LcbeParams {
         device,
         block_us: 20.0,
@@ -283,36 +285,13 @@ fn lv3_probe(out: &Output, device: i32, window_ms: u64, o: Option<&Path>) -> Res
         shim: None,
     };
     let be = be_spec(&p, None, 0, false);
-    let exe = std::env::current_exe()?;
-    let child = Proc::new(&exe)
-        .args([
-            "bench",
-            "--device",
-            &device.to_string(),
-            "role",
-            "--role",
-            "be",
-            "--spec",
-            &serde_json::to_string(&be)?,
-            "--ctl",
-        ])
-        .arg(&path)
-        .env_remove("LD_PRELOAD")
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let t = std::time::Instant::now();
-    while ctl.be_ready.load(std::sync::atomic::Ordering::Acquire) == 0
-        && t.elapsed() < Duration::from_secs(30)
-    {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    ctl.phase.store(1, std::sync::atomic::Ordering::Release);
-    let r = xpreempt_bench::lv3probe::probe(&e, window_ms);
-    ctl.phase.store(2, std::sync::atomic::Ordering::Release);
-    let _ = child.wait_with_output();
-    let _ = std::fs::remove_file(&path);
-    let r = r?;
+    // The BE process runs without the shim (Kid::role drops LD_PRELOAD): only this one changes
+    // its timeslice.
+    let be = Kid::role("BE", device, serde_json::to_string(&be)?, ctl.path(), &[])?;
+    let r = ctl.window(|| xpreempt_bench::lv3probe::probe(&e, window_ms));
+    let be_r = be.result::<xpreempt_bench::roles::BeResult>();
+    let r = r??;
+    be_r?;
     if let Some(path) = o {
         std::fs::write(path, serde_json::to_string_pretty(&r)?)?;
     }

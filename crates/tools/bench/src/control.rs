@@ -5,7 +5,9 @@
 //! BE side through `lc_active` measure the preemption mechanism alone (`xpreempt bench lcbe`
 //! labels them so).
 
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use crate::{BenchError, Result};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 #[repr(C)]
 #[derive(Default)]
@@ -19,6 +21,47 @@ pub struct Control {
     /// The BE side is suspended (acknowledges lc_active).
     pub be_suspended: AtomicU32,
     pub suspends: AtomicU64,
+}
+
+impl Control {
+    /// How long the BE side may take to start (a child process builds its kernels first).
+    pub const BE_START_PATIENCE: Duration = Duration::from_secs(30);
+    /// How long the BE side runs before measuring starts: its first kernels and the hardware
+    /// queues reach their steady state.
+    pub const BE_SETTLE: Duration = Duration::from_millis(200);
+
+    /// Blocks until the BE side has work in flight, then lets it settle.
+    pub fn wait_for_be(&self, patience: Duration) -> Result<()> {
+        let t = Instant::now();
+        while self.be_ready.load(Ordering::Acquire) == 0 {
+            // A BE side that fails says so by ending the run (phase 2) before it started.
+            if self.phase.load(Ordering::Acquire) == 2 {
+                return Err(BenchError::BeGaveUp);
+            }
+            if t.elapsed() > patience {
+                return Err(BenchError::TimedOut {
+                    what: "the BE side did not start",
+                    secs: patience.as_secs(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Self::BE_SETTLE);
+        Ok(())
+    }
+
+    /// A measuring window with no LC request loop (BE alone, a probe): waits for the BE side,
+    /// then phase 1 while `during` runs, then phase 2 (also when the BE side never started, so
+    /// that it stops if it starts late).
+    pub fn window<T>(&self, during: impl FnOnce() -> T) -> Result<T> {
+        let started = self.wait_for_be(Self::BE_START_PATIENCE);
+        let r = started.map(|()| {
+            self.phase.store(1, Ordering::Release);
+            during()
+        });
+        self.phase.store(2, Ordering::Release);
+        r
+    }
 }
 
 pub struct SharedControl {
@@ -88,5 +131,45 @@ impl Drop for SharedControl {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly what `open` mapped, once; no `&Control` outlives `self`.
         unsafe { libc::munmap(self.ptr.cast(), size_of::<Control>()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering::*;
+
+    #[test]
+    fn a_window_runs_between_phase_1_and_2_once_the_be_side_is_ready() {
+        let ctl = Control::default();
+        ctl.be_ready.store(1, Release);
+        let phase = ctl.window(|| ctl.phase.load(Acquire)).expect("BE is ready");
+        assert_eq!((phase, ctl.phase.load(Acquire)), (1, 2));
+    }
+
+    #[test]
+    fn a_be_side_that_gave_up_or_never_came_is_an_error() {
+        let ctl = Control::default();
+        ctl.phase.store(2, Release);
+        assert!(matches!(
+            ctl.wait_for_be(Duration::from_secs(5)),
+            Err(BenchError::BeGaveUp)
+        ));
+        let ctl = Control::default();
+        assert!(matches!(
+            ctl.wait_for_be(Duration::from_millis(20)),
+            Err(BenchError::TimedOut { .. })
+        ));
+    }
+
+    #[test]
+    fn both_sides_see_one_control_block_through_the_file() {
+        let path = std::env::temp_dir().join(format!("xpreempt-ctl-test-{}", std::process::id()));
+        let a = SharedControl::open(&path, true).expect("create");
+        let b = SharedControl::open(&path, false).expect("open");
+        a.be_ready.store(1, Release);
+        assert_eq!(b.be_ready.load(Acquire), 1);
+        drop((a, b));
+        let _ = std::fs::remove_file(&path);
     }
 }

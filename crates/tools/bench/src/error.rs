@@ -1,6 +1,8 @@
 //! Errors of the benchmark workloads.
 
+use std::path::PathBuf;
 use thiserror::Error;
+use xpreempt_agent::AgentError;
 use xpreempt_core::HalError;
 use xpreempt_core::policy::UnknownPolicy;
 use xpreempt_core::sched::SchedError;
@@ -33,6 +35,19 @@ pub enum BenchError {
     Panicked(&'static str),
     #[error("{what} within {secs} s")]
     TimedOut { what: &'static str, secs: u64 },
+    #[error("the global-mode agent")]
+    Agent(#[from] AgentError),
+    #[error(
+        "no xpreempt daemon answered at {socket}: the agent fell back to local scheduling, so this \
+         run would not measure the daemon"
+    )]
+    NoDaemon { socket: PathBuf },
+    #[error("the agent lost the daemon during the run: part of it was scheduled locally")]
+    LostDaemon,
+    #[error("the BE side failed before it started (see its error)")]
+    BeGaveUp,
+    #[error("invalid benchmark spec: {0}")]
+    Spec(String),
 }
 
 impl From<TrySubmitError<xpreempt_cuda::Kernel>> for BenchError {

@@ -8,6 +8,8 @@ pub mod control;
 pub mod error;
 pub mod latency;
 pub mod lv3probe;
+pub mod queue;
+pub mod requests;
 pub mod roles;
 pub mod sched;
 pub mod svg;
@@ -22,6 +24,15 @@ use xpreempt_cuda::nvrtc::BenchKernels;
 
 pub const THREADS: u32 = 256;
 pub const BLOCKS_PER_SM: u32 = 8;
+
+/// How a BE kernel spends its work units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// One block per unit.
+    Spin,
+    /// One wave of blocks looping over the units (items).
+    Persistent,
+}
 
 /// One device with the benchmark kernels and their calibration.
 pub struct Env {
@@ -59,9 +70,12 @@ impl Env {
         let mut full = 0.0;
         let mut light = 0.0;
         for _ in 0..3 {
-            let kf = with_iters(self.spin(false, self.wave, 0.0, 0, 0)?, iters);
+            let kf = with_iters(
+                self.kernel(Shape::Spin, false, self.wave, 0.0, 0, 0)?,
+                iters,
+            );
             full = s.time_us(|s| s.launch(&kf))?;
-            let kl = with_iters(self.spin(false, 4, 0.0, 0, 0)?, iters);
+            let kl = with_iters(self.kernel(Shape::Spin, false, 4, 0.0, 0, 0)?, iters);
             light = s.time_us(|s| s.launch(&kl))?;
         }
         self.iters_per_us_full = iters as f64 / full.max(1.0);
@@ -74,75 +88,56 @@ impl Env {
         Ok(())
     }
 
-    /// A spin kernel of `blocks` blocks of about `block_us` each on a full GPU.
-    pub fn spin(
+    /// A BE kernel of `units` work units of about `unit_us` each on a full GPU: `units` blocks
+    /// ([`Shape::Spin`]) or one wave looping over `units` items ([`Shape::Persistent`]).
+    /// `counts` and `total` are device words the kernel counts its units into (0: none).
+    pub fn kernel(
         &self,
+        shape: Shape,
         guarded: bool,
-        blocks: u32,
-        block_us: f64,
+        units: u32,
+        unit_us: f64,
         counts: u64,
         total: u64,
     ) -> Result<Kernel> {
-        let iters = (block_us * self.iters_per_us_full).max(1.0) as u64;
-        let grid = [blocks, 1, 1];
-        let block = [THREADS, 1, 1];
-        Ok(if guarded {
-            Kernel::new(
-                self.k.spin_guarded,
-                grid,
-                block,
-                &[iters, counts, total, self.sink.ptr],
-            )?
-            .guarded()
-        } else {
-            Kernel::new(
-                self.k.spin_plain,
-                grid,
-                block,
-                &[0, 0, 0, iters, counts, total, self.sink.ptr],
-            )?
+        let iters = (unit_us * self.iters_per_us_full).max(1.0) as u64;
+        let (blocks, args) = match shape {
+            Shape::Spin => (units, vec![iters, counts, total, self.sink.ptr]),
+            Shape::Persistent => (
+                self.wave,
+                vec![units as u64, iters, counts, total, self.sink.ptr],
+            ),
+        };
+        let k = self.build(shape, guarded, blocks, &args)?;
+        Ok(match (guarded, shape) {
+            (false, _) => k,
+            (true, Shape::Spin) => k.guarded(),
+            (true, Shape::Persistent) => k.guarded_items(units),
         })
     }
 
     /// A short LC kernel: `blocks` blocks of about `us` each on an otherwise idle GPU.
     pub fn lc_kernel(&self, blocks: u32, us: f64) -> Result<Kernel> {
         let iters = (us * self.iters_per_us_light).max(1.0) as u64;
-        Ok(Kernel::new(
-            self.k.spin_plain,
-            [blocks, 1, 1],
-            [THREADS, 1, 1],
-            &[0, 0, 0, iters, 0, 0, self.sink.ptr],
-        )?)
+        self.build(Shape::Spin, false, blocks, &[iters, 0, 0, self.sink.ptr])
     }
 
-    /// A persistent kernel: one wave looping over `items` items of about `item_us` each.
-    pub fn persistent(
-        &self,
-        guarded: bool,
-        items: u32,
-        item_us: f64,
-        counts: u64,
-        total: u64,
-    ) -> Result<Kernel> {
-        let iters = (item_us * self.iters_per_us_full).max(1.0) as u64;
-        let grid = [self.wave, 1, 1];
-        let block = [THREADS, 1, 1];
-        Ok(if guarded {
-            Kernel::new(
-                self.k.persistent_guarded,
-                grid,
-                block,
-                &[items as u64, iters, counts, total, self.sink.ptr],
-            )?
-            .guarded_items(items)
+    /// One launch of a benchmark kernel. The guarded and plain builds come from one source and
+    /// take the same arguments, the plain one after three leading guard slots it never reads.
+    fn build(&self, shape: Shape, guarded: bool, blocks: u32, args: &[u64]) -> Result<Kernel> {
+        let k = &self.k;
+        let func = match (shape, guarded) {
+            (Shape::Spin, true) => k.spin_guarded,
+            (Shape::Spin, false) => k.spin_plain,
+            (Shape::Persistent, true) => k.persistent_guarded,
+            (Shape::Persistent, false) => k.persistent_plain,
+        };
+        let args: Vec<u64> = if guarded {
+            args.to_vec()
         } else {
-            Kernel::new(
-                self.k.persistent_plain,
-                grid,
-                block,
-                &[0, 0, 0, items as u64, iters, counts, total, self.sink.ptr],
-            )?
-        })
+            [0, 0, 0].into_iter().chain(args.iter().copied()).collect()
+        };
+        Ok(Kernel::new(func, [blocks, 1, 1], [THREADS, 1, 1], &args)?)
     }
 }
 
@@ -152,6 +147,23 @@ fn with_iters(mut k: Kernel, iters: u32) -> Kernel {
     k.args[at] = iters as u64;
     k
 }
+
+/// A run's length in seconds, as a duration: a negative, NaN or absurdly long one is an error
+/// (`Duration::from_secs_f64` would panic on it).
+pub fn run_length(secs: f64) -> Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero() && *d <= MAX_RUN)
+        .ok_or_else(|| {
+            BenchError::Spec(format!(
+                "a run of {secs} s: give a positive number of seconds, at most {}",
+                MAX_RUN.as_secs()
+            ))
+        })
+}
+
+/// The longest run a benchmark side accepts (a day): a deadline this far is never reached.
+pub const MAX_RUN: std::time::Duration = std::time::Duration::from_secs(86_400);
 
 /// p-th percentile (0..=100) of unsorted samples.
 pub fn percentile(samples: &mut [f64], p: f64) -> f64 {
@@ -196,6 +208,17 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use crate::*;
+
+    #[test]
+    fn run_lengths_are_checked() {
+        assert_eq!(
+            run_length(1.5).ok(),
+            Some(std::time::Duration::from_millis(1500))
+        );
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e300, 86_401.0] {
+            assert!(run_length(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn percentiles() {

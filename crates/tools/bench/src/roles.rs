@@ -1,17 +1,22 @@
 //! The BE and LC sides of an LC/BE scenario. Each runs in a thread of one process or in its own
-//! process; they meet through [`Control`].
+//! process; they meet through [`Control`]. Who suspends the BE side is the scenario's business:
+//! the benchmark's controller (`lc_active`), the local scheduler (`sched`) or `xpreemptd` (a
+//! side whose spec names an agent).
 
 use crate::control::Control;
-use crate::{BenchError, Env, Result, Summary};
+use crate::queue::{AgentSpec, QueueSpec};
+use crate::requests::{LcTarget, request_loop};
+use crate::{BenchError, Env, Result, Shape};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
-use xpreempt_core::{Command, Level, QueueConfig, QueueId, XQueue};
+use xpreempt_core::{Command, HwQueue, Level, QueueId};
+use xpreempt_cuda::Kernel;
 use xpreempt_cuda::native::{Event, Stream};
-use xpreempt_cuda::queue::{CudaQueue, CudaQueueConfig};
+use xpreempt_cuda::queue::CudaQueue;
+use xpreempt_cuda::timeslice::Timeslice;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BeSpec {
@@ -31,6 +36,21 @@ pub struct BeSpec {
     /// Lv3: keep this timeslice (µs) for the whole run instead of switching per request.
     pub static_timeslice_us: Option<u64>,
     pub max_secs: f64,
+    /// Register the XQueue with `xpreemptd` through this process's agent.
+    #[serde(default)]
+    pub agent: Option<AgentSpec>,
+}
+
+impl BeSpec {
+    /// The XQueue this side submits through, if any.
+    pub fn queue(&self) -> Option<QueueSpec> {
+        self.level.map(|level| QueueSpec {
+            level,
+            stream_priority: self.stream_priority,
+            threshold: self.threshold,
+            batch: self.batch,
+        })
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -38,6 +58,7 @@ pub struct BeResult {
     /// Work units (blocks or items) per second while the LC side measured (or the whole run).
     pub units_per_s: f64,
     pub kernels: u64,
+    /// Times the BE queue was suspended, by whoever did it.
     pub suspends: u64,
     pub level_used: Option<String>,
     pub hal_errors: u64,
@@ -60,26 +81,179 @@ pub struct LcSpec {
     pub timeslice_us: Option<u64>,
     /// Run without a BE side.
     pub alone: bool,
+    /// Submit through an XQueue registered with `xpreemptd` through this process's agent.
+    #[serde(default)]
+    pub agent: Option<AgentSpec>,
+}
+
+impl LcSpec {
+    /// The LC side's XQueue, where it has one (scheduler paths): Lv1, since nothing preempts
+    /// it; a window of two requests, and one sync point per request (as the native loop syncs
+    /// its stream once per request) rather than one per kernel.
+    pub fn queue(&self) -> QueueSpec {
+        let kernels = self.kernels.max(1);
+        QueueSpec {
+            level: Level::Lv1,
+            stream_priority: self.stream_priority,
+            threshold: 2 * kernels,
+            batch: kernels,
+        }
+    }
+
+    /// Rejects a spec the request loop cannot run (before any GPU work).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |why: String| Err(BenchError::Spec(why));
+        crate::run_length(self.secs)?;
+        if self.kernels == 0 || self.blocks == 0 {
+            return bad("an LC request needs at least one kernel of one block".into());
+        }
+        if self.gap_max_us < self.gap_min_us {
+            return bad(format!(
+                "LC gaps {}..{} µs: the longest is shorter than the shortest",
+                self.gap_min_us, self.gap_max_us
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct LcResult {
-    pub latency_us: Summary,
+    pub latency_us: crate::Summary,
     pub timeslice_set: Option<String>,
 }
 
-pub(crate) fn be_kernel(
-    env: &Env,
-    spec: &BeSpec,
-    guarded: bool,
-) -> Result<(xpreempt_cuda::Kernel, u64)> {
-    let units = ((spec.kernel_us / spec.block_us).max(1.0) as u32) * env.wave;
-    let k = if spec.persistent {
-        env.persistent(guarded, units, spec.block_us, 0, 0)?
+pub(crate) fn be_kernel(env: &Env, spec: &BeSpec, guarded: bool) -> Result<(Kernel, u64)> {
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !(positive(spec.block_us) && positive(spec.kernel_us)) {
+        return Err(BenchError::Spec(format!(
+            "BE kernels of {} µs in blocks of {} µs: both must be positive",
+            spec.kernel_us, spec.block_us
+        )));
+    }
+    // At least one wave; a float-to-int cast saturates, so an absurd ratio cannot wrap.
+    let units = ((spec.kernel_us / spec.block_us).max(1.0) as u32).saturating_mul(env.wave);
+    let shape = if spec.persistent {
+        Shape::Persistent
     } else {
-        env.spin(guarded, units, spec.block_us, 0, 0)?
+        Shape::Spin
     };
+    let k = env.kernel(shape, guarded, units, spec.block_us, 0, 0)?;
     Ok((k, units as u64))
+}
+
+/// A saturating BE loop: keeps `window` kernels outstanding.
+pub(crate) struct Feed<'a> {
+    pub env: &'a Env,
+    pub kernel: &'a Kernel,
+    /// The plain stream's priority when there is no XQueue.
+    pub stream_priority: i32,
+    pub window: usize,
+}
+
+impl Feed<'_> {
+    /// Launches while `running()`: on a plain stream (a ring of events, then a final sync) or
+    /// through `q` (what is in flight is left to [`Feed::drain`]). Calls `launched` after each
+    /// launch and `done` for each kernel seen complete.
+    pub fn run(
+        &self,
+        q: Option<&SharedXQueue<CudaQueue>>,
+        running: impl Fn() -> bool,
+        mut launched: impl FnMut(),
+        mut done: impl FnMut(),
+    ) -> Result<()> {
+        let Some(q) = q else {
+            let s = Stream::new(&self.env.device, self.stream_priority)?;
+            // One event per kernel in flight, created up front so that the loop only launches,
+            // records and waits.
+            let mut free = (0..self.window + 1)
+                .map(|_| Event::new(&self.env.device))
+                .collect::<Result<Vec<Event>, _>>()?;
+            let mut ring: VecDeque<Event> = VecDeque::new();
+            while running() {
+                s.launch(self.kernel)?;
+                let e = match free.pop() {
+                    Some(e) => e,
+                    None => Event::new(&self.env.device)?,
+                };
+                s.record(&e)?;
+                ring.push_back(e);
+                launched();
+                if ring.len() >= self.window
+                    && let Some(e) = ring.pop_front()
+                {
+                    e.synchronize()?;
+                    free.push(e);
+                    done();
+                }
+            }
+            return Ok(s.sync()?);
+        };
+        let mut outstanding: VecDeque<u64> = VecDeque::new();
+        while running() {
+            outstanding.push_back(q.submit(Command::kernel(self.kernel.clone()))?);
+            launched();
+            if outstanding.len() >= self.window
+                && let Some(s) = outstanding.pop_front()
+            {
+                q.wait(s).map_err(BenchError::Wait)?;
+                done();
+            }
+        }
+        Ok(())
+    }
+
+    /// The run is over: whoever suspended the queue, let what it holds finish.
+    pub fn drain(q: &SharedXQueue<CudaQueue>) -> Result<()> {
+        q.resume().ok();
+        q.wait_all().map_err(BenchError::Wait)
+    }
+}
+
+/// Runs the BE loop until the LC side says done (phase 2) or `max_secs`, on the queue `spec`
+/// asks for (none, a local XQueue, or one registered with the daemon).
+pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
+    env.device.bind()?;
+    // Lv3 with a fixed share: this process's timeslice stays low for the whole run.
+    let static_ts = match spec.static_timeslice_us {
+        Some(us) => {
+            let t = Timeslice::probe()?;
+            t.set_us(us)?;
+            Some((t, us))
+        }
+        None => None,
+    };
+    let r = match (spec.queue(), &spec.agent) {
+        (None, None) => run_be_on(env, spec, ctl, None),
+        (None, Some(_)) => Err(BenchError::Spec(
+            "a BE side through the daemon needs an XQueue level".into(),
+        )),
+        (Some(qs), None) => qs
+            .local(env, QueueId(1), None)
+            .and_then(|q| run_be_on(env, spec, ctl, Some(&q))),
+        (Some(qs), Some(a)) => a
+            .run("xpreempt-bench-be", env, &qs, false, |q| {
+                run_be_on(env, spec, ctl, Some(q))
+            })
+            .map(|mut r| {
+                r.level_used = r.level_used.map(|l| format!("{l} via xpreemptd"));
+                r
+            }),
+    };
+    if r.is_err() {
+        // Ends the run for an LC side still waiting for this one to start.
+        ctl.phase.store(2, Release);
+    }
+    match static_ts {
+        Some((t, us)) => {
+            t.restore().ok();
+            r.map(|mut r| {
+                r.level_used = Some(format!("lv3-static {us} us"));
+                r
+            })
+        }
+        None => r,
+    }
 }
 
 /// Records units done at the LC side's phase changes.
@@ -87,142 +261,82 @@ struct Meter {
     units: AtomicU64,
 }
 
-/// Runs the BE loop until the LC side says done (phase 2) or `max_secs`.
-pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
+/// The BE loop on `xq` (or a plain stream), metered over the LC side's window.
+pub fn run_be_on(
+    env: &Env,
+    spec: &BeSpec,
+    ctl: &Control,
+    xq: Option<&SharedXQueue<CudaQueue>>,
+) -> Result<BeResult> {
     env.device.bind()?;
     let meter = Meter {
         units: AtomicU64::new(0),
     };
     let stop = AtomicBool::new(false);
-    let deadline = Instant::now() + Duration::from_secs_f64(spec.max_secs);
-    let mut result = BeResult::default();
-
-    // Lv3 with a fixed share: this process's timeslice stays low for the whole run.
-    let static_ts = match spec.static_timeslice_us {
-        Some(us) => {
-            let t = xpreempt_cuda::timeslice::Timeslice::probe()?;
-            t.set_us(us)?;
-            result.level_used = Some(format!("lv3-static {us} us"));
-            Some(t)
-        }
-        None => None,
-    };
-    // Optional XQueue.
-    let xq: Option<Arc<SharedXQueue<CudaQueue>>> = match spec.level {
-        None => None,
-        Some(level) => {
-            let cfg = CudaQueueConfig {
-                level,
-                stream_priority: spec.stream_priority,
-                slots: 2 * spec.threshold + 2,
-                max_units: 1 << 21,
-            };
-            let hal = CudaQueue::new(env.device.clone(), cfg)?;
-            result.level_used = Some(hal_level(&hal).to_string());
-            let qc = QueueConfig::new(spec.threshold, spec.batch, level)?;
-            let hw = xpreempt_core::HwQueue::max_level(&hal);
-            Some(Arc::new(SharedXQueue::new(
-                XQueue::new(QueueId(1), qc, hw),
-                hal,
-                None,
-            )))
-        }
-    };
-
+    let deadline = Instant::now() + crate::run_length(spec.max_secs)?;
     let started = Instant::now();
+    let (k, units) = be_kernel(env, spec, xq.is_some() && spec.guarded)?;
+    let feed = Feed {
+        env,
+        kernel: &k,
+        stream_priority: spec.stream_priority,
+        window: spec.window,
+    };
     let mut kernels = 0u64;
-    let mut feed = || -> Result<()> {
-        match &xq {
-            None => {
-                let s = Stream::new(&env.device, spec.stream_priority)?;
-                let (k, units) = be_kernel(env, spec, false)?;
-                // One event per kernel in flight, created up front so that the loop only
-                // launches, records and waits.
-                let mut free = (0..spec.window + 1)
-                    .map(|_| Event::new(&env.device))
-                    .collect::<Result<Vec<Event>, _>>()?;
-                let mut ring: VecDeque<Event> = VecDeque::new();
-                while !stop.load(Relaxed) && Instant::now() < deadline {
-                    s.launch(&k)?;
-                    let e = match free.pop() {
-                        Some(e) => e,
-                        None => Event::new(&env.device)?,
-                    };
-                    s.record(&e)?;
-                    ring.push_back(e);
-                    ctl.be_ready.store(1, Release);
-                    if ring.len() >= spec.window
-                        && let Some(e) = ring.pop_front()
-                    {
-                        e.synchronize()?;
-                        free.push(e);
-                        kernels += 1;
-                        meter.units.fetch_add(units, Relaxed);
-                    }
-                }
-                s.sync()?;
-            }
-            Some(q) => {
-                let (k, units) = be_kernel(env, spec, spec.guarded)?;
-                let mut outstanding: VecDeque<u64> = VecDeque::new();
-                while !stop.load(Relaxed) && Instant::now() < deadline {
-                    outstanding.push_back(q.submit(Command::kernel(k.clone()))?);
-                    ctl.be_ready.store(1, Release);
-                    if outstanding.len() >= spec.window
-                        && let Some(s) = outstanding.pop_front()
-                    {
-                        q.wait(s).map_err(BenchError::Wait)?;
-                        kernels += 1;
-                        meter.units.fetch_add(units, Relaxed);
-                    }
-                }
-                stop.store(true, Relaxed);
-                // Let the poller resume us before draining.
-                std::thread::sleep(Duration::from_millis(2));
-                q.resume().ok();
-                q.wait_all().map_err(BenchError::Wait)?;
-            }
-        }
-        Ok(())
-    };
-    let (run, (rate, suspends)) = std::thread::scope(|sc| {
-        let poller = sc.spawn(|| poll(ctl, xq.as_deref(), &meter, &stop));
-        let run = feed();
+    let (run, rate) = std::thread::scope(|sc| {
+        let poller = sc.spawn(|| poll(ctl, xq, &meter, &stop));
+        let run = feed.run(
+            xq,
+            || !stop.load(Relaxed) && Instant::now() < deadline,
+            || ctl.be_ready.store(1, Release),
+            || {
+                kernels += 1;
+                meter.units.fetch_add(units, Relaxed);
+            },
+        );
+        // The poller resumes what it suspended when it stops, before the drain below.
         stop.store(true, Relaxed);
-        (run, poller.join().unwrap_or((0.0, 0)))
+        (run, poller.join().unwrap_or(0.0))
     });
+    if run.is_err() {
+        // Ends the run for an LC side still waiting for this one to start.
+        ctl.phase.store(2, Release);
+    }
+    let drained = xq.map_or(Ok(()), Feed::drain);
     run?;
-    result.units_per_s = if rate > 0.0 {
-        rate
-    } else {
-        meter.units.load(Relaxed) as f64 / started.elapsed().as_secs_f64()
+    drained?;
+    let mut result = BeResult {
+        units_per_s: if rate > 0.0 {
+            rate
+        } else {
+            meter.units.load(Relaxed) as f64 / started.elapsed().as_secs_f64()
+        },
+        kernels,
+        ..BeResult::default()
     };
-    result.kernels = kernels;
-    result.suspends = suspends;
-    if let Some(q) = &xq {
+    if let Some(q) = xq {
         let st = q.stats();
+        result.level_used = Some(q.hal().max_level().to_string());
+        result.suspends = st.preemptions;
         result.hal_errors = st.hal_errors;
         if st.suspend_latency.count() > 0 {
-            result.suspend_latency_p50_us = Some(st.suspend_latency.quantile(0.5) as f64 / 1000.0);
-            result.suspend_latency_p99_us = Some(st.suspend_latency.quantile(0.99) as f64 / 1000.0);
+            result.suspend_latency_p50_us = Some(st.suspend_latency.quantile(0.5) as f64 / 1e3);
+            result.suspend_latency_p99_us = Some(st.suspend_latency.quantile(0.99) as f64 / 1e3);
         }
-    }
-    if let Some(t) = static_ts {
-        t.restore().ok();
     }
     Ok(result)
 }
 
-/// The BE side's poller: applies suspend/resume (xpreempt modes) as the LC side asks through
-/// `ctl`, and meters the measuring window. Returns (units per second, suspensions).
+/// The BE side's poller: applies suspend/resume as the LC side asks through `ctl.lc_active`
+/// (the benchmark's controller; never set on scheduler paths), and meters the measuring
+/// window. Returns units per second over the window.
 fn poll(
     ctl: &Control,
     xq: Option<&SharedXQueue<CudaQueue>>,
     meter: &Meter,
     stop: &AtomicBool,
-) -> (f64, u64) {
+) -> f64 {
     let mut suspended = false;
-    let mut suspends = 0u64;
     let mut t1: Option<(Instant, u64)> = None;
     let mut rate = 0.0;
     while !stop.load(Relaxed) {
@@ -233,7 +347,6 @@ fn poll(
                     tracing::warn!(%e, "suspend");
                 }
                 suspended = true;
-                suspends += 1;
                 ctl.be_suspended.store(1, Release);
             } else if !want && suspended {
                 if let Err(e) = q.resume() {
@@ -258,83 +371,51 @@ fn poll(
     if suspended && let Some(q) = xq {
         let _ = q.resume();
     }
-    (rate, suspends)
+    rate
 }
 
-fn hal_level(h: &CudaQueue) -> Level {
-    xpreempt_core::HwQueue::max_level(h)
-}
-
-/// Runs the LC request loop; waits for the BE side first unless alone.
+/// Runs the LC request loop on the target `spec` asks for (a plain stream, or a queue
+/// registered with the daemon); waits for the BE side first unless alone.
 pub fn run_lc(env: &Env, spec: &LcSpec, ctl: &Control) -> Result<LcResult> {
+    spec.validate()?;
     env.device.bind()?;
-    let s = Stream::new(&env.device, spec.stream_priority)?;
-    let k = env.lc_kernel(spec.blocks, spec.kernel_us)?;
-    let mut res = LcResult::default();
-    let ts = match spec.timeslice_us {
-        Some(us) => match xpreempt_cuda::timeslice::Timeslice::probe() {
-            Ok(t) => match t.set_us(us) {
-                Ok(()) => {
-                    res.timeslice_set = Some(format!("{us} us"));
-                    Some(t)
-                }
-                Err(e) => {
-                    res.timeslice_set = Some(format!("failed: {e}"));
-                    None
-                }
-            },
-            Err(e) => {
-                res.timeslice_set = Some(format!("unavailable: {e}"));
-                None
-            }
-        },
-        None => None,
+    let (ts, timeslice_set) = match spec.timeslice_us {
+        Some(us) => raise_timeslice(us),
+        None => (None, None),
     };
-    // Warm up.
-    for _ in 0..5 {
-        s.launch(&k)?;
-        s.sync()?;
-    }
-    if !spec.alone {
-        let t = Instant::now();
-        while ctl.be_ready.load(Acquire) == 0 {
-            if t.elapsed() > Duration::from_secs(30) {
-                return Err(BenchError::TimedOut {
-                    what: "the BE side did not start",
-                    secs: 30,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(1));
+    let r = match &spec.agent {
+        None => {
+            let s = Stream::new(&env.device, spec.stream_priority)?;
+            run_lc_on(env, spec, ctl, &LcTarget::Stream(s))
         }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    ctl.phase.store(1, Release);
-    let end = Instant::now() + Duration::from_secs_f64(spec.secs);
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut lat = Vec::new();
-    while Instant::now() < end {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let gap = spec.gap_min_us + rng % (spec.gap_max_us - spec.gap_min_us + 1);
-        std::thread::sleep(Duration::from_micros(gap));
-        if spec.signal {
-            ctl.lc_active.store(1, Release);
-        }
-        let t0 = Instant::now();
-        for _ in 0..spec.kernels {
-            s.launch(&k)?;
-        }
-        s.sync()?;
-        lat.push(t0.elapsed().as_secs_f64() * 1e6);
-        if spec.signal {
-            ctl.lc_active.store(0, Release);
-        }
-    }
-    ctl.phase.store(2, Release);
+        Some(a) => a.run("xpreempt-bench-lc", env, &spec.queue(), true, |q| {
+            run_lc_on(env, spec, ctl, &LcTarget::Queue(q))
+        }),
+    };
     if let Some(t) = ts {
         t.restore().ok();
     }
-    res.latency_us = Summary::of(lat);
-    Ok(res)
+    r.map(|r| LcResult { timeslice_set, ..r })
+}
+
+/// The LC request loop on `target`.
+pub fn run_lc_on(env: &Env, spec: &LcSpec, ctl: &Control, target: &LcTarget) -> Result<LcResult> {
+    env.device.bind()?;
+    let k = env.lc_kernel(spec.blocks, spec.kernel_us)?;
+    Ok(LcResult {
+        latency_us: request_loop(spec, ctl, || target.request(&k, spec.kernels))?,
+        timeslice_set: None,
+    })
+}
+
+/// Lv3: this process's timeslice raised to `us`; what happened is reported, not fatal (the
+/// scenario then shows the default share).
+fn raise_timeslice(us: u64) -> (Option<Timeslice>, Option<String>) {
+    match Timeslice::probe() {
+        Ok(t) => match t.set_us(us) {
+            Ok(()) => (Some(t), Some(format!("{us} us"))),
+            Err(e) => (None, Some(format!("failed: {e}"))),
+        },
+        Err(e) => (None, Some(format!("unavailable: {e}"))),
+    }
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::time::{Duration, Instant};
-use xpreempt_bench::Env;
+use xpreempt_bench::{Env, Shape};
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
 use xpreempt_core::{Command, Op};
 use xpreempt_core::{HwQueue, Level, QueueConfig, QueueId, XQueue};
@@ -84,12 +84,12 @@ fn exactly_once_on(ordinal: i32, level: Level, persistent: bool, n: u32) {
     for i in 0..n {
         let c = counts.ptr + (i * blocks) as u64 * 4;
         let guarded = level >= Level::Lv2 && i % 5 != 4;
-        let k = if persistent {
-            e.persistent(guarded, blocks, 5.0, c, 0)
+        let shape = if persistent {
+            Shape::Persistent
         } else {
-            e.spin(guarded, blocks, 5.0, c, 0)
-        }
-        .expect("kernel");
+            Shape::Spin
+        };
+        let k = e.kernel(shape, guarded, blocks, 5.0, c, 0).expect("kernel");
         q.submit_with_retry(Command::kernel(k), Duration::from_secs(5))
             .expect("submit");
         if i % 7 == 3 {
@@ -158,7 +158,9 @@ fn lv2_relaunch_skips_finished_blocks() {
     let blocks = 40 * e.wave; // ~40 waves of 50 us: ~2 ms
     let counts = DeviceBuffer::zeroed(blocks as usize * 4).expect("alloc");
     e.device.bind().expect("bind");
-    let k = e.spin(true, blocks, 50.0, counts.ptr, 0).expect("kernel");
+    let k = e
+        .kernel(Shape::Spin, true, blocks, 50.0, counts.ptr, 0)
+        .expect("kernel");
     q.submit(Command::kernel(k)).expect("submit");
     std::thread::sleep(Duration::from_micros(700));
     q.suspend().expect("suspend");
@@ -255,7 +257,9 @@ fn order_kept_across_stream_priority_changes() {
     for i in 0..n {
         if i % 3 == 0 {
             // A slow kernel now and then, so that later stamps would overtake it if order broke.
-            let slow = e.spin(false, e.wave, 30.0, 0, 0).expect("kernel");
+            let slow = e
+                .kernel(Shape::Spin, false, e.wave, 30.0, 0, 0)
+                .expect("kernel");
             q.submit(Command::kernel(slow)).expect("spin");
         }
         let k = xpreempt_cuda::Kernel::new(
