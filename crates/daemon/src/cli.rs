@@ -27,8 +27,9 @@ pub struct Args {
     /// How long a client may stay silent while it has work before the watchdog lets the others run.
     #[arg(long, default_value_t = 500)]
     pub watchdog_ms: u64,
-    /// How long a fast-path thread spins before sleeping (µs).
-    #[arg(long, default_value_t = 50)]
+    /// How long a fast-path thread spins before sleeping (µs): longer answers sooner and costs
+    /// CPU while clients are active.
+    #[arg(long, env = "XPREEMPT_DAEMON_SPIN_US", default_value_t = 50)]
     pub spin_us: u64,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long)]
