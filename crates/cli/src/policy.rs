@@ -109,9 +109,12 @@ pub fn is_object(arg: &str) -> bool {
 
 /// Hooks for `xpreempt sim --policy FILE.o`: the object, verified, with the pinned maps of the
 /// state directory (XPREEMPT_STATE_DIR) loaded into each run's fresh copy of its maps.
-pub fn sim_hooks(file: &str) -> Result<Box<dyn Fn() -> Box<dyn Hooks>>> {
+pub fn sim_hooks(
+    file: &str,
+    state_dir: Option<&std::path::Path>,
+) -> Result<Box<dyn Fn() -> Box<dyn Hooks>>> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
-    let state = StateDir::from_env();
+    let state = state_dir.map_or_else(StateDir::from_env, |d| StateDir::new(d.to_path_buf()));
     let pinned = match state.snapshots() {
         Ok(p) => p,
         // A directory someone else controls must stop the run, not quietly configure it.

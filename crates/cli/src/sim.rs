@@ -43,6 +43,10 @@ pub struct Args {
     /// scenario's). An error without an eBPF --policy.
     #[arg(long, conflicts_with = "bench")]
     base_policy: Option<String>,
+    /// With an eBPF --policy: the state directory whose pinned maps configure it
+    /// [default: $XPREEMPT_STATE_DIR, else the per-user default of `xpreempt policy`].
+    #[arg(long, requires = "policy", conflicts_with = "bench")]
+    state_dir: Option<std::path::PathBuf>,
     /// Override the scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
@@ -93,7 +97,7 @@ fn options(args: &Args) -> Result<SimOptions> {
             Ok(SimOptions {
                 trace,
                 policy: args.base_policy.clone(),
-                hooks: Some(crate::policy::sim_hooks(p)?),
+                hooks: Some(crate::policy::sim_hooks(p, args.state_dir.as_deref())?),
             })
         }
         policy => {

@@ -66,3 +66,9 @@ fn bad_input_gets_a_clear_error() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_huge_threshold_does_not_allocate_in_proportion() {
+    let o = xpreempt(&["--json", "demo", "--threshold", "1000000000"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

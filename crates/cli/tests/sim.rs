@@ -386,3 +386,80 @@ fn modes_are_chosen_by_name_and_checked() {
     let o = xpreempt_in(&dir, &["sim", "--seeds", "0"]);
     assert_eq!(o.status.code(), Some(2), "zero seeds is not a sweep");
 }
+
+/// An eBPF policy from a chosen state directory: the table and JSON show the priority it set.
+#[test]
+fn sim_shows_the_priorities_an_ebpf_policy_put_in_effect_and_takes_a_state_dir() {
+    let dir = tmp("state-dir");
+    let object = xpreempt_bpf::built_object("lcbe").expect("clang built the example policies");
+    let state = dir.join("state");
+    let st = state.to_str().unwrap();
+    // Pinned in the chosen directory: train (queue 0) is best-effort whatever its priority.
+    for args in [
+        vec![
+            "policy",
+            "--state-dir",
+            st,
+            "load",
+            object.to_str().unwrap(),
+        ],
+        vec![
+            "policy",
+            "--state-dir",
+            st,
+            "map",
+            "set",
+            "task_type_map",
+            "0",
+            "0",
+        ],
+    ] {
+        let o = xpreempt_in(&dir, &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = xpreempt_in(
+        &dir,
+        &[
+            "--json",
+            "sim",
+            "--policy",
+            object.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--modes",
+            "lv3",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tasks = v["modes"][0]["tasks"].as_array().unwrap();
+    let infer = tasks.iter().find(|t| t["name"] == "infer").unwrap();
+    assert_eq!(infer["priority"], 12);
+    assert_eq!(infer["effective_priority"], 1012, "{infer}");
+    let train = tasks.iter().find(|t| t["name"] == "train").unwrap();
+    assert!(
+        train.get("effective_priority").is_none(),
+        "the pinned map made train BE at its own priority: {train}"
+    );
+    // The given directory was used (and made private), not the default one.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&state).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let table = xpreempt_in(
+        &dir,
+        &[
+            "sim",
+            "--policy",
+            object.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--modes",
+            "lv3",
+        ],
+    );
+    assert!(String::from_utf8_lossy(&table.stdout).contains("12>1012"));
+    let without_policy = xpreempt_in(&dir, &["sim", "--state-dir", state.to_str().unwrap()]);
+    assert_eq!(without_policy.status.code(), Some(2));
+}

@@ -119,6 +119,9 @@ pub struct Percentiles {
 pub struct TaskReport {
     pub name: String,
     pub priority: Priority,
+    /// The priority the scheduler used when an eBPF policy changed it (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effective_priority: Option<Priority>,
     /// Mean over the task's requests, arrival to last kernel completed; none when no request
     /// completed.
     pub latency_us: Option<f64>,
@@ -223,6 +226,7 @@ fn mode_report(
         .map(|(i, t)| TaskReport {
             name: t.name.clone(),
             priority: t.priority,
+            effective_priority: t.effective_priority.filter(|&p| p != t.priority),
             latency_us: mean(&t.latencies),
             max_latency_us: t.latencies.iter().copied().max().map(us),
             standalone_us: standalone.get(i).copied().flatten(),

@@ -122,6 +122,9 @@ pub struct RunOptions {
 pub struct TaskRun {
     pub name: String,
     pub priority: xpreempt_core::Priority,
+    /// The priority Scheme B's scheduler held for the task's queue at the end of the run, after
+    /// the hooks (an eBPF `task_init`) had their say; `None` outside Scheme B.
+    pub effective_priority: Option<xpreempt_core::Priority>,
     /// Arrival to completion of the last kernel, per request.
     pub latencies: Vec<Nanos>,
     /// Scheme A: for the requests the monitor preempted lower queues for, the time from the
@@ -253,6 +256,7 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
         .map(|t| TaskRun {
             name: t.name.clone(),
             priority: t.priority,
+            effective_priority: None,
             latencies: Vec::new(),
             detection_delays: Vec::new(),
             detections: Vec::new(),
@@ -400,6 +404,11 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
     };
     if let Some(m) = &monitor {
         record_detections(m, &arrivals, &mut tasks);
+    }
+    if let Some(b) = &scheme_b {
+        for (i, t) in tasks.iter_mut().enumerate() {
+            t.effective_priority = b.effective_priority(i);
+        }
     }
     drop(scheme_b);
     let mut gpu = Rc::try_unwrap(gpu)

@@ -81,6 +81,14 @@ impl SchemeB {
         Ok(self.driver.timer(&|| now)?)
     }
 
+    /// The priority the scheduler holds for task `task`'s queue (after the hooks).
+    pub fn effective_priority(&self, task: usize) -> Option<Priority> {
+        self.driver
+            .scheduler()
+            .queue_info(QueueId(task as u32))
+            .map(|i| i.priority)
+    }
+
     pub fn scheduler_stats(&self) -> &SchedulerStats {
         self.driver.scheduler().stats()
     }

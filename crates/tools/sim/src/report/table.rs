@@ -61,7 +61,10 @@ pub fn table(report: &SimReport) -> String {
                 "{:<9} {:<10} {:>5} {:>12} {:>12} {:>7} {:>7} {:>19} {:>8} {:>7} {:>12} {:>27}",
                 if first { m.mode } else { "" },
                 t.name,
-                t.priority,
+                match t.effective_priority {
+                    Some(e) => format!("{}>{e}", t.priority),
+                    None => t.priority.to_string(),
+                },
                 ms(t.latency_us),
                 ms(t.standalone_us),
                 slow,
