@@ -36,18 +36,22 @@ fn sim_json_has_the_promised_shape_and_repeats_byte_for_byte() {
         assert_eq!(
             keys,
             [
+                "displacements",
                 "exactly_once",
                 "gpu_utilization",
+                "hqd_wait_us",
                 "kernels",
                 "kernels_per_s",
                 "latency_ratio",
                 "makespan_us",
                 "maps",
+                "max_hqd_wait_us",
                 "mode",
                 "preempt_latency_us",
                 "preemptions",
                 "problems",
                 "resumes",
+                "rotations",
                 "runlists",
                 "tasks",
                 "tiers",
@@ -62,6 +66,10 @@ fn sim_json_has_the_promised_shape_and_repeats_byte_for_byte() {
         assert_eq!(m["problems"], serde_json::json!([]));
         for t in m["tasks"].as_array().unwrap() {
             assert!(t["name"].is_string() && t["priority"].is_i64() && t["latency_us"].is_f64());
+            assert!(
+                t["hqd"]["maps"].is_u64() && t["hqd"]["hqd_wait_ns"].is_u64(),
+                "{t}"
+            );
             let p = &t["latency_pct_us"];
             let v = |k: &str| p[k].as_f64().unwrap();
             assert!(v("p50") <= v("p90") && v("p90") <= v("p99") && v("p99") <= v("max"));

@@ -64,6 +64,12 @@ pub struct ModeReport {
     pub runlists: u64,
     pub maps: u64,
     pub unmaps: u64,
+    /// Unmaps by an HWS quantum rotation, and busy queues unmapped for a higher one.
+    pub rotations: u64,
+    pub displacements: u64,
+    /// Time queues with work waited for an HQD (summed over queues), and the longest wait.
+    pub hqd_wait_us: f64,
+    pub max_hqd_wait_us: f64,
 }
 
 /// Nearest-rank percentiles and the maximum of a set of latencies (µs).
@@ -119,6 +125,8 @@ pub struct Percentiles {
 pub struct TaskReport {
     pub name: String,
     pub priority: Priority,
+    /// The task's queue's HQD history: maps, unmaps, rotations, and time waiting for a slot.
+    pub hqd: xpreempt_amd::HqdStats,
     /// The priority the scheduler used when an eBPF policy changed it (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effective_priority: Option<Priority>,
@@ -227,6 +235,7 @@ fn mode_report(
             name: t.name.clone(),
             priority: t.priority,
             effective_priority: t.effective_priority.filter(|&p| p != t.priority),
+            hqd: t.hqd.clone(),
             latency_us: mean(&t.latencies),
             max_latency_us: t.latencies.iter().copied().max().map(us),
             standalone_us: standalone.get(i).copied().flatten(),
@@ -284,6 +293,10 @@ fn mode_report(
         runlists: run.stats.runlists,
         maps: run.stats.maps,
         unmaps: run.stats.unmaps,
+        rotations: run.stats.rotations,
+        displacements: run.stats.displacements,
+        hqd_wait_us: us(run.stats.hqd_wait_ns),
+        max_hqd_wait_us: us(run.stats.max_hqd_wait_ns),
     }
 }
 

@@ -131,20 +131,30 @@ fn pct_ms(d: Option<&Distribution>) -> String {
 /// One line per mode: how long, how much, how busy, and what the HWS did.
 fn summary_lines(report: &SimReport) -> String {
     let mut s = format!(
-        "{:<9} {:>12} {:>10} {:>9} {:>9} {:>6} {:>7}\n",
-        "mode", "makespan ms", "kernels/s", "GPU busy", "runlists", "maps", "unmaps"
+        "{:<9} {:>12} {:>10} {:>9} {:>9} {:>6} {:>7} {:>9} {:>12}\n",
+        "mode",
+        "makespan ms",
+        "kernels/s",
+        "GPU busy",
+        "runlists",
+        "maps",
+        "unmaps",
+        "rotations",
+        "HQD wait ms"
     );
     for m in &report.modes {
         let _ = writeln!(
             s,
-            "{:<9} {:>12.3} {:>10.1} {:>8.1}% {:>9} {:>6} {:>7}",
+            "{:<9} {:>12.3} {:>10.1} {:>8.1}% {:>9} {:>6} {:>7} {:>9} {:>12.3}",
             m.mode,
             m.makespan_us / 1e3,
             m.kernels_per_s,
             m.gpu_utilization * 100.0,
             m.runlists,
             m.maps,
-            m.unmaps
+            m.unmaps,
+            m.rotations,
+            m.hqd_wait_us / 1e3
         );
     }
     s
