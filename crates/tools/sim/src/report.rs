@@ -125,6 +125,10 @@ pub struct Percentiles {
 pub struct TaskReport {
     pub name: String,
     pub priority: Priority,
+    /// Scheme A: what the monitor did for each completed request, in arrival order (empty in
+    /// other modes).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub detections: Vec<crate::runner::Detection>,
     /// The task's queue's HQD history: maps, unmaps, rotations, and time waiting for a slot.
     pub hqd: xpreempt_amd::HqdStats,
     /// The priority the scheduler used when an eBPF policy changed it (absent otherwise).
@@ -236,6 +240,7 @@ fn mode_report(
             priority: t.priority,
             effective_priority: t.effective_priority.filter(|&p| p != t.priority),
             hqd: t.hqd.clone(),
+            detections: t.detections.clone(),
             latency_us: mean(&t.latencies),
             max_latency_us: t.latencies.iter().copied().max().map(us),
             standalone_us: standalone.get(i).copied().flatten(),

@@ -139,7 +139,8 @@ pub struct TaskRun {
 }
 
 /// What Scheme A's monitor did for one request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Detection {
     /// At its first check the monitor found lower queues running and preempted them; `delay`
     /// runs from the request becoming the highest priority with work (its arrival, or the end
