@@ -51,6 +51,21 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<Cred> {
 /// Space for one descriptor's control message.
 const CMSG_SPACE: usize = 24;
 
+/// A message of one byte (`iov`) with `control_len` bytes of `control` for one descriptor.
+fn one_byte_message(
+    iov: &mut libc::iovec,
+    control: &mut [u8; CMSG_SPACE],
+    control_len: usize,
+) -> libc::msghdr {
+    // SAFETY: msghdr is plain data, for which all zeroes is a valid, empty message.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = control_len.min(CMSG_SPACE);
+    msg
+}
+
 /// Sends one descriptor with a one-byte message.
 pub fn send_fd(stream: &UnixStream, fd: BorrowedFd<'_>) -> io::Result<()> {
     let mut byte = [0u8; 1];
@@ -59,16 +74,12 @@ pub fn send_fd(stream: &UnixStream, fd: BorrowedFd<'_>) -> io::Result<()> {
         iov_len: 1,
     };
     let mut control = [0u8; CMSG_SPACE];
-    // SAFETY: msghdr is plain data; every pointer set below outlives the sendmsg call, and the
-    // control buffer is large enough for one SCM_RIGHTS descriptor (checked with CMSG_SPACE).
+    // SAFETY: every pointer in `msg` outlives the sendmsg call, and the control buffer holds
+    // one SCM_RIGHTS descriptor (CMSG_SPACE(sizeof(int)) = 24 on Linux).
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
         let space = libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize;
         debug_assert!(space <= CMSG_SPACE);
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space;
+        let msg = one_byte_message(&mut iov, &mut control, space);
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
@@ -92,11 +103,7 @@ pub fn recv_fd(stream: &UnixStream) -> io::Result<OwnedFd> {
     // SAFETY: as in send_fd; the received descriptor is new to this process and owned here
     // (MSG_CMSG_CLOEXEC keeps it from leaking into children).
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = CMSG_SPACE;
+        let mut msg = one_byte_message(&mut iov, &mut control, CMSG_SPACE);
         let n = libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
         if n < 0 {
             return Err(io::Error::last_os_error());

@@ -248,9 +248,11 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
     let n = scenario.tasks.len();
     let mut next_arrival = 0;
     let mut outstanding: Vec<VecDeque<Outstanding>> = (0..n).map(|_| VecDeque::new()).collect();
-    let mut submitted = vec![0u64; n];
-    let mut backlog = vec![0u64; n];
-    let mut signals: Vec<u64> = Vec::new();
+    let mut apps = Apps {
+        submitted: vec![0; n],
+        backlog: vec![0; n],
+        signals: Vec::new(),
+    };
     let mut tasks: Vec<TaskRun> = scenario
         .tasks
         .iter()
@@ -298,7 +300,7 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
             let t = &scenario.tasks[task];
             let k = u64::from(t.kernels);
             outstanding[task].push_back(Outstanding {
-                end_seq: submitted[task] + backlog[task] + k,
+                end_seq: apps.submitted[task] + apps.backlog[task] + k,
                 arrival: now,
             });
             tasks[task].kernels += k;
@@ -313,22 +315,14 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
                         b.submit(task, kernel, t.kernel.idempotent, now)
                             .map_err(sched)?;
                     }
-                    submitted[task] += k;
+                    apps.submitted[task] += k;
                 }
-                None => backlog[task] += k,
+                None => apps.backlog[task] += k,
             }
         }
         if scheme_b.is_none() {
-            write_backlogs(
-                &mut gpu.borrow_mut(),
-                scenario,
-                &objects,
-                &queues,
-                &mut backlog,
-                &mut submitted,
-                &mut signals,
-            )
-            .map_err(model)?;
+            apps.write(&mut gpu.borrow_mut(), scenario, &objects, &queues)
+                .map_err(model)?;
         }
         if let Some(m) = monitor.as_mut() {
             run_monitor(m, &mut gpu.borrow_mut(), now, log.as_mut());
@@ -360,16 +354,8 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
                 }
             }
             if scheme_b.is_none() {
-                write_backlogs(
-                    &mut gpu.borrow_mut(),
-                    scenario,
-                    &objects,
-                    &queues,
-                    &mut backlog,
-                    &mut submitted,
-                    &mut signals,
-                )
-                .map_err(model)?;
+                apps.write(&mut gpu.borrow_mut(), scenario, &objects, &queues)
+                    .map_err(model)?;
             }
         }
         if let Some(m) = monitor.as_mut() {
@@ -420,8 +406,14 @@ pub fn run(scenario: &Scenario, mode: Mode, opts: RunOptions) -> Result<ModeRun,
             t.hqd = h.clone();
         }
     }
-    let exactly_once =
-        check_exactly_once(&gpu, scenario, &queues, &submitted, &signals, &mut problems);
+    let exactly_once = check_exactly_once(
+        &gpu,
+        scenario,
+        &queues,
+        &apps.submitted,
+        &apps.signals,
+        &mut problems,
+    );
     let mut trace = gpu.take_trace();
     if let (Some(t), Some(log)) = (trace.as_mut(), &log) {
         log.write(t, &arrivals[..next_arrival]);
@@ -508,29 +500,38 @@ fn run_monitor(m: &mut Monitor, gpu: &mut Gpu, now: Nanos, log: Option<&mut Deci
     }
 }
 
-/// The application side of `none`/`scheme-a`: writes as many kernels as its ring has room for.
-#[allow(clippy::too_many_arguments)]
-fn write_backlogs(
-    gpu: &mut Gpu,
-    scenario: &Scenario,
-    objects: &[u64],
-    queues: &[(QueueId, Caller, i32)],
-    backlog: &mut [u64],
-    submitted: &mut [u64],
-    signals: &mut Vec<u64>,
-) -> Result<(), xpreempt_amd::ModelError> {
-    for (task, t) in scenario.tasks.iter().enumerate() {
-        write_backlog(
-            gpu,
-            &mut backlog[task],
-            &mut submitted[task],
-            signals,
-            t,
-            objects[task],
-            queues[task].0,
-        )?;
+/// The application side of `none`/`scheme-a`: kernels written straight into the rings.
+struct Apps {
+    /// Kernels written into each task's ring so far.
+    submitted: Vec<u64>,
+    /// Kernels that arrived but did not fit the ring yet.
+    backlog: Vec<u64>,
+    /// Every completion signal created, for the exactly-once check.
+    signals: Vec<u64>,
+}
+
+impl Apps {
+    /// Writes as many backlogged kernels as each ring has room for.
+    fn write(
+        &mut self,
+        gpu: &mut Gpu,
+        scenario: &Scenario,
+        objects: &[u64],
+        queues: &[(QueueId, Caller, i32)],
+    ) -> Result<(), xpreempt_amd::ModelError> {
+        for (task, t) in scenario.tasks.iter().enumerate() {
+            write_backlog(
+                gpu,
+                &mut self.backlog[task],
+                &mut self.submitted[task],
+                &mut self.signals,
+                t,
+                objects[task],
+                queues[task].0,
+            )?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn write_backlog(
