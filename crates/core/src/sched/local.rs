@@ -22,7 +22,7 @@ struct Shared {
     timer: Condvar,
     shutdown: AtomicBool,
     /// Mirrors [`Scheduler::wants_work`], read on every submission without the lock.
-    wants_work: AtomicBool,
+    wants_work: Arc<AtomicBool>,
     epoch: Instant,
 }
 
@@ -32,11 +32,15 @@ pub struct LocalScheduler {
 }
 
 /// Where queues report; holds the scheduler weakly, so queues do not keep a dropped one alive.
-struct Sink(Weak<Shared>);
+/// `wants_work` is shared directly: the submit path reads it without touching the scheduler.
+struct Sink {
+    shared: Weak<Shared>,
+    wants_work: Arc<AtomicBool>,
+}
 
 impl ReportSink for Sink {
     fn report(&self, queue: QueueId, report: QueueReport) {
-        if let Some(shared) = self.0.upgrade()
+        if let Some(shared) = self.shared.upgrade()
             && let Err(e) = shared.run(|d, clock| d.report(queue, report, clock))
         {
             tracing::warn!(%e, "report ignored");
@@ -44,16 +48,14 @@ impl ReportSink for Sink {
     }
 
     fn wants_work(&self) -> bool {
-        self.0
-            .upgrade()
-            .is_some_and(|s| s.wants_work.load(Ordering::Relaxed))
+        self.wants_work.load(Ordering::Relaxed)
     }
 }
 
 impl LocalScheduler {
     pub fn start(scheduler: Scheduler) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
-            wants_work: AtomicBool::new(scheduler.wants_work()),
+            wants_work: Arc::new(AtomicBool::new(scheduler.wants_work())),
             driver: Mutex::new(Driver::new(scheduler)),
             timer: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -71,7 +73,10 @@ impl LocalScheduler {
 
     /// The sink a queue reports to; give it to the queue at creation.
     pub fn sink(&self) -> EventSink {
-        Arc::new(Sink(Arc::downgrade(&self.shared)))
+        Arc::new(Sink {
+            shared: Arc::downgrade(&self.shared),
+            wants_work: Arc::clone(&self.shared.wants_work),
+        })
     }
 
     pub fn register(&self, info: QueueInfo, queue: Arc<dyn Preemptible>) -> Result<(), SchedError> {

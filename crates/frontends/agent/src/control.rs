@@ -38,6 +38,7 @@ fn run(inner: &Inner, spin: Duration) {
     let mut seen = 0u32;
     let mut stats_at = Instant::now();
     while !inner.shutdown.load(Ordering::SeqCst) {
+        crate::sink::mirror_wants_work(inner);
         let segment = match &*inner.mode.read().unwrap_or_else(|p| p.into_inner()) {
             Mode::Remote(conn) => Some(conn.segment.clone()),
             Mode::Local => None,
@@ -220,4 +221,6 @@ fn go_remote(inner: &Inner, conn: Connection) {
     tracing::info!(socket = %inner.socket.display(), "connected to the xpreempt daemon");
     inner.said_local.store(false, Ordering::SeqCst);
     *mode = Mode::Remote(conn);
+    drop(mode);
+    crate::sink::mirror_wants_work(inner);
 }

@@ -80,6 +80,8 @@ pub(crate) struct Inner {
     pub reports: Vec<AtomicU64>,
     pub local: LocalScheduler,
     pub local_sink: xpreempt_core::xqueue::threaded::EventSink,
+    /// Whether the scheduler in charge wants work reports (see `sink::mirror_wants_work`).
+    pub wants_work: Arc<AtomicBool>,
     pub socket: PathBuf,
     pub name: String,
     pub shutdown: AtomicBool,
@@ -141,6 +143,7 @@ impl Agent {
             queues: Mutex::new((0..SLOTS).map(|_| None).collect()),
             reports: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             local_sink: local.sink(),
+            wants_work: Arc::new(AtomicBool::new(false)),
             local,
             socket: options.socket,
             name: options.name,
@@ -219,6 +222,9 @@ impl Agent {
         }
         drop(mode);
         queues[slot] = Some(entry);
+        drop(queues);
+        // Registering may have given the device its hooks: they see this queue's first command.
+        sink::mirror_wants_work(&self.inner);
         Ok(shared)
     }
 

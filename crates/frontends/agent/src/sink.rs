@@ -3,7 +3,7 @@
 //! the socket; without a daemon everything goes to the local scheduler.
 
 use crate::{Inner, Mode};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use xpreempt_core::QueueId;
 use xpreempt_core::sched::QueueReport;
@@ -12,10 +12,22 @@ use xpreempt_ipc::frame;
 use xpreempt_ipc::msg::ClientMsg;
 use xpreempt_ipc::shm::encode_report;
 
-struct Sink(Weak<Inner>);
+/// The agent, held weakly, and its mirror of whether the scheduler wants work reports (read on
+/// every submission, so it stays one atomic load).
+struct Sink(Weak<Inner>, Arc<AtomicBool>);
 
 pub(crate) fn sink(inner: &Arc<Inner>) -> EventSink {
-    Arc::new(Sink(Arc::downgrade(inner)))
+    Arc::new(Sink(Arc::downgrade(inner), Arc::clone(&inner.wants_work)))
+}
+
+/// Refreshes the mirror from whoever schedules now (the daemon's segment, or the local
+/// scheduler); the control thread calls it on every turn.
+pub(crate) fn mirror_wants_work(inner: &Inner) {
+    let wants = match &*inner.mode.read().unwrap_or_else(|p| p.into_inner()) {
+        Mode::Remote(conn) => conn.segment.header().wants_work.load(Ordering::Relaxed) != 0,
+        Mode::Local => inner.local_sink.wants_work(),
+    };
+    inner.wants_work.store(wants, Ordering::Relaxed);
 }
 
 /// Stores a report word unless a newer one is already there: reports race between the
@@ -97,12 +109,6 @@ impl ReportSink for Sink {
     }
 
     fn wants_work(&self) -> bool {
-        let Some(inner) = self.0.upgrade() else {
-            return false;
-        };
-        match &*inner.mode.read().unwrap_or_else(|p| p.into_inner()) {
-            Mode::Remote(conn) => conn.segment.header().wants_work.load(Ordering::Relaxed) != 0,
-            Mode::Local => inner.local_sink.wants_work(),
-        }
+        self.1.load(Ordering::Relaxed)
     }
 }
