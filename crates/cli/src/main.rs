@@ -8,6 +8,7 @@ mod demo;
 mod ops;
 mod output;
 mod policy;
+mod run;
 mod sim;
 mod top;
 
@@ -61,6 +62,9 @@ enum Command {
     BenchClient(daemon_bench::ClientArgs),
     /// A live view of the daemon's queues (`--json`: one snapshot, then exit).
     Top(top::Args),
+    /// Run an unmodified CUDA program under xpreempt (preloads the shim; exits with the
+    /// program's status).
+    Run(run::Args),
 }
 
 fn main() -> ExitCode {
@@ -109,5 +113,6 @@ fn run(cli: Cli) -> Result<()> {
         Command::BenchDaemon(args) => daemon_bench::run(&out, &args),
         Command::BenchClient(args) => daemon_bench::client(&args),
         Command::Top(args) => top::run(&out, args),
+        Command::Run(args) => run::run(&args),
     }
 }

@@ -34,6 +34,11 @@ pub struct Args {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
+    /// Start and own an MPS control daemon (private pipe and log directories beside the socket,
+    /// `SOCKET.mps/`); `xpreempt run` points its children at it. If MPS cannot start, the daemon
+    /// says why and clients run time-sliced with Lv3.
+    #[arg(long)]
+    pub mps: bool,
 }
 
 impl Args {
@@ -75,6 +80,11 @@ impl Args {
             bail!("--metrics {addr}: serve metrics on a loopback address (127.0.0.1 or ::1)");
         }
         c.metrics = self.metrics;
+        if self.mps {
+            let mut dir = c.socket.clone().into_os_string();
+            dir.push(".mps");
+            c.mps = Some(PathBuf::from(dir));
+        }
         Ok(c)
     }
 }

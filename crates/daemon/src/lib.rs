@@ -10,9 +10,12 @@
 //!   and whatever was suspended for them resumes at once. One that stops beating while it has
 //!   work is taken out of contention by the watchdog.
 //! - Malformed, truncated, oversized or wrong-version frames close that connection only.
+//! - With `--mps` it owns an MPS control daemon in private directories ([`mps`]) and tells
+//!   clients where it is.
 
 pub mod cli;
 mod metrics;
+pub mod mps;
 mod remote;
 pub mod server;
 pub mod state;

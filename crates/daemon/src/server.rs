@@ -45,6 +45,8 @@ pub struct Config {
     pub spin: Duration,
     /// Prometheus text exposition on this (loopback) address.
     pub metrics: Option<SocketAddr>,
+    /// Start and own an MPS control daemon with its pipe and log directories here.
+    pub mps: Option<PathBuf>,
 }
 
 impl Config {
@@ -57,6 +59,7 @@ impl Config {
             watchdog: Duration::from_millis(500),
             spin: Duration::from_micros(50),
             metrics: None,
+            mps: None,
         }
     }
 }
@@ -117,6 +120,8 @@ pub struct Daemon {
     /// is gone.
     listener: UnixListener,
     threads: Vec<JoinHandle<()>>,
+    /// Stopped after the threads, so clients never see it go while the daemon serves.
+    mps: Option<crate::mps::Mps>,
 }
 
 fn scheduler_factory(spec: &PolicySpec) -> Result<SchedulerFactory, DaemonError> {
@@ -147,8 +152,22 @@ fn scheduler_factory(spec: &PolicySpec) -> Result<SchedulerFactory, DaemonError>
 impl Daemon {
     /// Binds the socket and starts serving.
     pub fn start(config: Config) -> Result<Self, DaemonError> {
-        let state = State::new(scheduler_factory(&config.policy)?);
+        let mut state = State::new(scheduler_factory(&config.policy)?);
         let listener = bind(&config)?;
+        let mps = config
+            .mps
+            .as_deref()
+            .and_then(|dir| match crate::mps::Mps::start(dir) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::warn!(
+                        error = %error_chain(&e),
+                        "MPS could not start: clients run time-sliced (Lv3)"
+                    );
+                    None
+                }
+            });
+        state.set_mps_pipe(mps.as_ref().map(|m| m.pipe_dir().display().to_string()));
         let wake = listener.try_clone().map_err(|source| DaemonError::Socket {
             path: config.socket.clone(),
             source,
@@ -198,6 +217,7 @@ impl Daemon {
             shared,
             listener: wake,
             threads,
+            mps,
         })
     }
 
@@ -251,7 +271,19 @@ impl Daemon {
             let _ = t.join();
         }
         let _ = std::fs::remove_file(&self.shared.config.socket);
+        drop(self.mps.take());
     }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(c) = source {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        source = c.source();
+    }
+    s
 }
 
 impl Drop for Daemon {

@@ -490,6 +490,10 @@ impl State {
         rows
     }
 
+    pub fn set_mps_pipe(&mut self, pipe: Option<String>) {
+        self.stats.mps_pipe = pipe;
+    }
+
     pub fn stats(&self) -> DaemonStats {
         let mut s = self.stats.clone();
         s.clients = self.clients.len() as u32;

@@ -149,6 +149,9 @@ pub struct DaemonStats {
     pub watchdog_fires: u64,
     /// Times the decision loop ran (reports taken from shared memory).
     pub fast_path_wakeups: u64,
+    /// The pipe directory of the MPS control daemon this daemon owns (`--mps`), for clients'
+    /// `CUDA_MPS_PIPE_DIRECTORY`; `None` when the GPU is time-sliced.
+    pub mps_pipe: Option<String>,
 }
 
 /// The protocol version a `Hello` frame carries, whatever the sender's other messages look like.

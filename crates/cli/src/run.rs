@@ -1,0 +1,242 @@
+//! `xpreempt run [--priority N] [--level 1|2|3] [--pass-through] -- CMD…`: runs an unmodified
+//! program with xpreempt's shim preloaded, so that its CUDA streams become XQueues scheduled by
+//! the daemon (or by the process itself when no daemon answers). The program replaces this
+//! process (`exec`), so its exit status and signals are the caller's to see, unchanged.
+
+use anyhow::{Context, Result, bail};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use xpreempt_ipc::operator::Operator;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Logical priority of the program's queues (larger runs first).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub priority: i32,
+    /// Preemption level: 1 = bounded in-flight window and launch gating, 2 = also block-level
+    /// stops of guard-built kernels, 3 = also the process's channel-group timeslice.
+    /// [default: 1 when the daemon owns MPS, else 3]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
+    pub level: Option<u8>,
+    /// Launches go straight to the driver; xpreempt only observes and preempts with Lv3.
+    #[arg(long)]
+    pub pass_through: bool,
+    /// Most commands a stream keeps in flight [default: the shim's, by priority].
+    #[arg(long)]
+    pub window: Option<u32>,
+    /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock,
+    /// else /run/xpreempt/xpreempt.sock].
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// libxpreempt_shim.so [default: $XPREEMPT_SHIM, else next to this binary].
+    #[arg(long, env = "XPREEMPT_SHIM")]
+    pub shim: Option<PathBuf>,
+    /// Say nothing about the daemon or MPS on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+/// What the program's environment gets.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub env: Vec<(&'static str, OsString)>,
+    pub notes: Vec<String>,
+}
+
+/// Where the scheduler is, as `run` found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scheduler {
+    Daemon {
+        socket: PathBuf,
+        mps_pipe: Option<String>,
+    },
+    Local {
+        socket: PathBuf,
+        why: String,
+    },
+}
+
+/// Connects to the daemon once to learn whether it runs and owns MPS.
+pub fn find_scheduler(socket: &Path) -> Scheduler {
+    match Operator::connect(socket).and_then(|mut o| o.stats()) {
+        Ok(stats) => Scheduler::Daemon {
+            socket: socket.to_path_buf(),
+            mps_pipe: stats.mps_pipe,
+        },
+        Err(e) => Scheduler::Local {
+            socket: socket.to_path_buf(),
+            why: format!("{:#}", anyhow::Error::new(e)),
+        },
+    }
+}
+
+pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Plan {
+    let mut env = Vec::new();
+    let mut notes = Vec::new();
+    let mut preload = OsString::from(shim);
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    env.push(("LD_PRELOAD", preload));
+    env.push(("XPREEMPT_INTERCEPT", "1".into()));
+    env.push(("XPREEMPT_PRIORITY", args.priority.to_string().into()));
+    let mps_pipe = match scheduler {
+        Scheduler::Daemon { socket, mps_pipe } => {
+            env.push(("XPREEMPT_SOCKET", socket.into()));
+            notes.push(format!(
+                "scheduling through the daemon at {}",
+                socket.display()
+            ));
+            mps_pipe.clone()
+        }
+        Scheduler::Local { socket, why } => {
+            env.push(("XPREEMPT_SOCKET", socket.into()));
+            notes.push(format!(
+                "no daemon ({why}): the program schedules its own queues, and joins a daemon that starts later"
+            ));
+            None
+        }
+    };
+    let level = match (args.level, &mps_pipe) {
+        (Some(l), _) => l,
+        (None, Some(_)) => 1,
+        (None, None) => 3,
+    };
+    if let Some(pipe) = &mps_pipe {
+        env.push(("CUDA_MPS_PIPE_DIRECTORY", pipe.into()));
+        // MPS maps each CUDA stream of a client to a hardware queue only up to this many.
+        if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+            env.push(("CUDA_DEVICE_MAX_CONNECTIONS", "32".into()));
+        }
+        notes.push(format!("over the daemon's MPS ({pipe})"));
+    }
+    env.push(("XPREEMPT_LEVEL", level.to_string().into()));
+    if args.pass_through {
+        env.push(("XPREEMPT_PASS_THROUGH", "1".into()));
+    }
+    if let Some(w) = args.window {
+        env.push(("XPREEMPT_WINDOW", w.to_string().into()));
+    }
+    Plan { env, notes }
+}
+
+/// The shim: `--shim`/`$XPREEMPT_SHIM`, else `libxpreempt_shim.so` beside this binary.
+fn shim_path(args: &Args) -> Result<PathBuf> {
+    let path = match &args.shim {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .context("finding this binary's directory")?
+            .with_file_name("libxpreempt_shim.so"),
+    };
+    if !path.is_file() {
+        bail!(
+            "the shim {} is missing: build it with `cargo build --release -p xpreempt-shim` or give --shim PATH",
+            path.display()
+        );
+    }
+    // LD_PRELOAD needs a path the program can open from any working directory.
+    std::fs::canonicalize(&path).with_context(|| format!("resolving {}", path.display()))
+}
+
+/// Replaces this process with the program; returns only on failure.
+pub fn run(args: &Args) -> Result<()> {
+    let shim = shim_path(args)?;
+    let socket = args
+        .socket
+        .clone()
+        .unwrap_or_else(xpreempt_ipc::default_socket);
+    let scheduler = find_scheduler(&socket);
+    let plan = plan(args, &shim, &scheduler);
+    if !args.quiet {
+        for n in &plan.notes {
+            eprintln!("xpreempt run: {n}");
+        }
+    }
+    let (program, rest) = args
+        .command
+        .split_first()
+        .context("no program to run after --")?;
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(rest);
+    for (k, v) in &plan.env {
+        cmd.env(k, v);
+    }
+    let err = cmd.exec();
+    let code = match err.kind() {
+        std::io::ErrorKind::NotFound => 127,
+        _ => 126,
+    };
+    eprintln!(
+        "xpreempt run: could not run {}: {err}",
+        Path::new(program).display()
+    );
+    std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn args(line: &[&str]) -> Args {
+        Cli::try_parse_from(std::iter::once("run").chain(line.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    fn get<'a>(p: &'a Plan, key: &str) -> Option<&'a str> {
+        p.env
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.to_str().unwrap())
+    }
+
+    #[test]
+    fn the_level_defaults_to_1_over_mps_and_3_when_time_sliced() {
+        let a = args(&["--priority", "-3", "--", "python", "-c", "pass"]);
+        assert_eq!(a.command, ["python", "-c", "pass"]);
+        let mps = Scheduler::Daemon {
+            socket: "/s".into(),
+            mps_pipe: Some("/s.mps/pipe".into()),
+        };
+        let p = plan(&a, Path::new("/lib/shim.so"), &mps);
+        assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("1"));
+        assert_eq!(get(&p, "XPREEMPT_PRIORITY"), Some("-3"));
+        assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), Some("/s.mps/pipe"));
+        assert_eq!(get(&p, "XPREEMPT_INTERCEPT"), Some("1"));
+        assert!(get(&p, "LD_PRELOAD").unwrap().starts_with("/lib/shim.so"));
+        let local = Scheduler::Local {
+            socket: "/s".into(),
+            why: "none".into(),
+        };
+        let p = plan(&a, Path::new("/lib/shim.so"), &local);
+        assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("3"));
+        assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), None);
+        assert!(p.notes[0].contains("no daemon"), "{:?}", p.notes);
+        let a = args(&["--level", "2", "--pass-through", "--window", "4", "--", "x"]);
+        let p = plan(&a, Path::new("/lib/shim.so"), &mps);
+        assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("2"));
+        assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), Some("1"));
+        assert_eq!(get(&p, "XPREEMPT_WINDOW"), Some("4"));
+    }
+
+    #[test]
+    fn bad_levels_and_a_missing_program_are_refused() {
+        let parse =
+            |l: &[&str]| Cli::try_parse_from(std::iter::once("run").chain(l.iter().copied()));
+        assert!(parse(&["--level", "4", "--", "x"]).is_err());
+        assert!(parse(&["--level", "0", "--", "x"]).is_err());
+        assert!(parse(&[]).is_err());
+    }
+}

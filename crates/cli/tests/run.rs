@@ -1,0 +1,121 @@
+//! `xpreempt run`: the program runs with the shim preloaded and xpreempt's settings, finds the
+//! daemon (or says there is none), and its exit status and signals come back unchanged.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+const SHOW_ENV: &str = r#"echo "$XPREEMPT_INTERCEPT $XPREEMPT_PRIORITY $XPREEMPT_LEVEL ${CUDA_MPS_PIPE_DIRECTORY:-none}"; echo "$LD_PRELOAD""#;
+
+fn dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("xpreempt-run-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run(socket: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xpreempt"))
+        .arg("run")
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+struct Daemon(Child);
+
+impl Daemon {
+    fn start(socket: &Path) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_xpreempt"))
+            .args(["daemon", "--socket"])
+            .arg(socket)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(socket).is_err() {
+            assert!(Instant::now() < deadline, "the daemon did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self(child)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn without_a_daemon_the_program_runs_locally_with_the_shim_and_its_status_comes_back() {
+    let d = dir("local");
+    let out = run(
+        &d.join("none.sock"),
+        &[
+            "--priority",
+            "5",
+            "--",
+            "sh",
+            "-c",
+            &format!("{SHOW_ENV}; exit 7"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("1 5 3 none"), "time-sliced: Lv3");
+    let preload = lines.next().unwrap();
+    assert!(preload.ends_with("/libxpreempt_shim.so"), "{preload}");
+    assert!(Path::new(preload).is_absolute());
+    assert!(
+        text(&out.stderr).contains("no daemon"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn with_a_daemon_the_program_is_pointed_at_it() {
+    let d = dir("daemon");
+    let socket = d.join("xpreempt.sock");
+    let _daemon = Daemon::start(&socket);
+    let out = run(&socket, &["--level", "1", "--", "sh", "-c", SHOW_ENV]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("1 0 1 none"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains("scheduling through the daemon"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn signals_and_launch_failures_are_reported_like_a_shell_would() {
+    let d = dir("status");
+    let socket = d.join("none.sock");
+    let out = run(&socket, &["-q", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.status.signal(), Some(libc_sigterm()));
+    assert!(out.stderr.is_empty(), "--quiet: {}", text(&out.stderr));
+    let out = run(&socket, &["--", "/no/such/program"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(text(&out.stderr).contains("could not run /no/such/program"));
+    let out = run(&socket, &["--shim", "/no/such/shim.so", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("the shim /no/such/shim.so is missing"));
+}
+
+fn libc_sigterm() -> i32 {
+    15
+}
