@@ -14,11 +14,37 @@ fn dir(test: &str) -> PathBuf {
     d
 }
 
+/// A stand-in shim (an empty shared library): what `run` does with the environment is under
+/// test here, not the shim, which this crate does not build.
+fn shim() -> PathBuf {
+    let dir = dir("shim");
+    let so = dir.join("libxpreempt_shim.so");
+    if !so.exists() {
+        let src = dir.join("empty.c");
+        std::fs::write(&src, "int xpreempt_test_shim;\n").unwrap();
+        let tmp = dir.join(format!("{}.so", std::process::id()));
+        let st = Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let _ = std::fs::rename(&tmp, &so);
+    }
+    so
+}
+
 fn run(socket: &Path, args: &[&str]) -> Output {
+    let mut shim_arg = vec!["--shim".to_string(), shim().display().to_string()];
+    if args.contains(&"--shim") {
+        shim_arg.clear();
+    }
     Command::new(env!("CARGO_BIN_EXE_xpreempt"))
         .arg("run")
         .arg("--socket")
         .arg(socket)
+        .args(shim_arg)
         .args(args)
         .env_remove("LD_PRELOAD")
         .output()

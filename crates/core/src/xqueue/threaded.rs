@@ -219,6 +219,28 @@ where
     pub fn is_suspended(&self) -> bool {
         self.inner.lock().is_suspended()
     }
+
+    /// Commands submitted but not yet handed to the hardware.
+    pub fn pending_len(&self) -> usize {
+        self.inner.lock().pending_len()
+    }
+
+    /// Blocks until every command submitted so far has been handed to the hardware (not
+    /// necessarily completed): what a front end needs before it lets an operation that bypasses
+    /// the queue reach the same hardware queue.
+    pub fn wait_launched(&self) {
+        let mut q = self.inner.lock();
+        while q.pending_len() > 0 {
+            // The watcher notifies `progress` after every poll; the timeout covers a resume that
+            // launched the pending buffer from another thread without a poll.
+            q = self
+                .inner
+                .progress
+                .wait_timeout(q, Duration::from_millis(1))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
 }
 
 impl<H> Preemptible for SharedXQueue<H>

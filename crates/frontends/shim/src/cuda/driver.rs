@@ -1,0 +1,129 @@
+//! The few libcuda calls the shim makes on its own behalf (events for completion, contexts,
+//! parameter layouts), always to the real functions.
+
+use super::real::Real;
+use std::ffi::c_void;
+
+pub type CUresult = u32;
+pub type Handle = *mut c_void;
+
+pub const SUCCESS: CUresult = 0;
+pub const ERROR_INVALID_VALUE: CUresult = 1;
+pub const ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const ERROR_NOT_FOUND: CUresult = 500;
+pub const ERROR_NOT_READY: CUresult = 600;
+/// The legacy default stream's handle, and the per-thread default stream's.
+pub const STREAM_LEGACY: usize = 0x1;
+pub const STREAM_PER_THREAD: usize = 0x2;
+pub const STREAM_NON_BLOCKING: u32 = 0x1;
+const EVENT_DISABLE_TIMING: u32 = 0x2;
+
+macro_rules! real_fn {
+    ($vis:vis $name:ident: fn($($arg:ident: $ty:ty),*)) => {
+        // The pointers go to the driver, which validates them as it does for any caller.
+        #[allow(non_snake_case, clippy::not_unsafe_ptr_arg_deref)]
+        $vis fn $name($($arg: $ty),*) -> CUresult {
+            static REAL: Real = Real::new({
+                const N: &[u8] = concat!(stringify!($name), "\0").as_bytes();
+                match std::ffi::CStr::from_bytes_with_nul(N) {
+                    Ok(c) => c,
+                    Err(_) => panic!("bad name"),
+                }
+            });
+            let a = REAL.addr();
+            if a == 0 {
+                return ERROR_NOT_FOUND;
+            }
+            // SAFETY: libcuda's export of this name has exactly this C signature (cuda.h).
+            unsafe {
+                let f = std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> CUresult>(a);
+                f($($arg),*)
+            }
+        }
+    };
+}
+
+real_fn!(pub cuEventCreate: fn(ev: *mut Handle, flags: u32));
+real_fn!(pub cuEventRecord: fn(ev: Handle, stream: Handle));
+real_fn!(pub cuEventQuery: fn(ev: Handle));
+real_fn!(pub cuEventSynchronize: fn(ev: Handle));
+real_fn!(pub cuEventDestroy_v2: fn(ev: Handle));
+real_fn!(pub cuCtxGetCurrent: fn(ctx: *mut Handle));
+real_fn!(pub cuCtxPushCurrent_v2: fn(ctx: Handle));
+real_fn!(pub cuCtxPopCurrent_v2: fn(ctx: *mut Handle));
+real_fn!(pub cuCtxGetDevice: fn(dev: *mut i32));
+real_fn!(pub cuStreamGetCtx: fn(stream: Handle, ctx: *mut Handle));
+real_fn!(pub cuStreamGetFlags: fn(stream: Handle, flags: *mut u32));
+real_fn!(pub cuStreamIsCapturing: fn(stream: Handle, status: *mut u32));
+real_fn!(pub cuFuncGetParamInfo: fn(f: Handle, index: usize, offset: *mut usize, size: *mut usize));
+real_fn!(pub cuKernelGetParamInfo: fn(f: Handle, index: usize, offset: *mut usize, size: *mut usize));
+real_fn!(pub cuCtxGetStreamPriorityRange: fn(least: *mut i32, greatest: *mut i32));
+
+/// Makes `ctx` current on this thread for the guard's life, if it is not already.
+pub struct CtxGuard {
+    pushed: bool,
+}
+
+impl CtxGuard {
+    pub fn enter(ctx: Handle) -> Self {
+        let mut cur: Handle = std::ptr::null_mut();
+        let pushed = ctx.is_null() || (cuCtxGetCurrent(&mut cur) == SUCCESS && cur == ctx);
+        if pushed {
+            return Self { pushed: false };
+        }
+        Self {
+            pushed: cuCtxPushCurrent_v2(ctx) == SUCCESS,
+        }
+    }
+}
+
+impl Drop for CtxGuard {
+    fn drop(&mut self) {
+        if self.pushed {
+            let mut old: Handle = std::ptr::null_mut();
+            cuCtxPopCurrent_v2(&mut old);
+        }
+    }
+}
+
+pub fn current_ctx() -> Handle {
+    let mut cur: Handle = std::ptr::null_mut();
+    if cuCtxGetCurrent(&mut cur) != SUCCESS {
+        return std::ptr::null_mut();
+    }
+    cur
+}
+
+pub fn new_event() -> Result<Handle, CUresult> {
+    let mut ev: Handle = std::ptr::null_mut();
+    match cuEventCreate(&mut ev, EVENT_DISABLE_TIMING) {
+        SUCCESS => Ok(ev),
+        e => Err(e),
+    }
+}
+
+/// (offset, size) of each parameter of a kernel, from the driver.
+pub fn param_layout(f: Handle) -> Option<Vec<(usize, usize)>> {
+    for query in [cuFuncGetParamInfo, cuKernelGetParamInfo] {
+        let mut out = Vec::new();
+        loop {
+            let (mut off, mut size) = (0usize, 0usize);
+            match query(f, out.len(), &mut off, &mut size) {
+                SUCCESS => out.push((off, size)),
+                // Past the last parameter.
+                ERROR_INVALID_VALUE => return Some(out),
+                _ => break,
+            }
+            if out.len() > 4096 {
+                return None;
+            }
+        }
+    }
+    None
+}
+
+/// Whether `stream` is being captured (a query only made while some capture is active).
+pub fn is_capturing(stream: Handle) -> bool {
+    let mut status = 0u32;
+    cuStreamIsCapturing(stream, &mut status) == SUCCESS && status != 0
+}

@@ -1,0 +1,368 @@
+//! The libcuda entry points the shim exports, under libcuda's own names (each tied to exactly
+//! one libcuda export, so versioned and per-thread variants keep their semantics). Each catches
+//! panics and then calls libcuda directly.
+
+#![allow(non_snake_case)]
+
+use super::driver::{CUresult, ERROR_NOT_INITIALIZED, ERROR_NOT_READY, Handle, SUCCESS};
+use super::launch;
+use super::real::Real;
+use super::streams::{self, CAPTURES};
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+
+macro_rules! real {
+    ($name:ident) => {{
+        static REAL: Real = Real::new({
+            const N: &[u8] = concat!(stringify!($name), "\0").as_bytes();
+            match std::ffi::CStr::from_bytes_with_nul(N) {
+                Ok(c) => c,
+                Err(_) => panic!("bad name"),
+            }
+        });
+        &REAL
+    }};
+}
+
+/// Calls libcuda's `$name` with the same arguments (all integer or pointer sized: forwarding
+/// them as `usize` is exact on the C ABI).
+macro_rules! call_real {
+    ($real:expr, $($a:ident),*) => {{
+        let addr = $real.addr();
+        if addr == 0 {
+            ERROR_NOT_INITIALIZED
+        } else {
+            // SAFETY: libcuda's export of this name takes these integer/pointer arguments.
+            unsafe {
+                std::mem::transmute::<usize, unsafe extern "C" fn($(forward!(@ty $a)),*) -> CUresult>(addr)($($a),*)
+            }
+        }
+    }};
+}
+
+/// A wrapper that runs `$before` (given the stream argument), then calls libcuda.
+macro_rules! forward {
+    (@ty $a:ident) => { usize };
+    ($name:ident($($a:ident),*) stream $s:ident, ptsz $p:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
+            let real = real!($name);
+            let _ = std::panic::catch_unwind(|| streams::before_direct($s as Handle, $p));
+            call_real!(real, $($a),*)
+        }
+    };
+    ($name:ident($($a:ident),*) drain_all) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
+            let real = real!($name);
+            let _ = std::panic::catch_unwind(streams::drain_all);
+            call_real!(real, $($a),*)
+        }
+    };
+}
+
+// ---- operations on a stream that go straight to the driver after what they follow ----
+forward!(cuMemcpyAsync(a, b, c, s) stream s, ptsz false);
+forward!(cuMemcpyAsync_ptsz(a, b, c, s) stream s, ptsz true);
+forward!(cuMemcpyHtoDAsync_v2(a, b, c, s) stream s, ptsz false);
+forward!(cuMemcpyHtoDAsync_v2_ptsz(a, b, c, s) stream s, ptsz true);
+forward!(cuMemcpyDtoHAsync_v2(a, b, c, s) stream s, ptsz false);
+forward!(cuMemcpyDtoHAsync_v2_ptsz(a, b, c, s) stream s, ptsz true);
+forward!(cuMemcpyDtoDAsync_v2(a, b, c, s) stream s, ptsz false);
+forward!(cuMemcpyDtoDAsync_v2_ptsz(a, b, c, s) stream s, ptsz true);
+forward!(cuMemcpy2DAsync_v2(a, s) stream s, ptsz false);
+forward!(cuMemcpy2DAsync_v2_ptsz(a, s) stream s, ptsz true);
+forward!(cuMemcpy3DAsync_v2(a, s) stream s, ptsz false);
+forward!(cuMemcpy3DAsync_v2_ptsz(a, s) stream s, ptsz true);
+forward!(cuMemcpyPeerAsync(a, b, c, d, e, s) stream s, ptsz false);
+forward!(cuMemcpyPeerAsync_ptsz(a, b, c, d, e, s) stream s, ptsz true);
+forward!(cuMemsetD8Async(a, b, c, s) stream s, ptsz false);
+forward!(cuMemsetD8Async_ptsz(a, b, c, s) stream s, ptsz true);
+forward!(cuMemsetD16Async(a, b, c, s) stream s, ptsz false);
+forward!(cuMemsetD16Async_ptsz(a, b, c, s) stream s, ptsz true);
+forward!(cuMemsetD32Async(a, b, c, s) stream s, ptsz false);
+forward!(cuMemsetD32Async_ptsz(a, b, c, s) stream s, ptsz true);
+forward!(cuMemsetD2D8Async(a, b, c, d, e, s) stream s, ptsz false);
+forward!(cuMemsetD2D8Async_ptsz(a, b, c, d, e, s) stream s, ptsz true);
+forward!(cuMemsetD2D16Async(a, b, c, d, e, s) stream s, ptsz false);
+forward!(cuMemsetD2D16Async_ptsz(a, b, c, d, e, s) stream s, ptsz true);
+forward!(cuMemsetD2D32Async(a, b, c, d, e, s) stream s, ptsz false);
+forward!(cuMemsetD2D32Async_ptsz(a, b, c, d, e, s) stream s, ptsz true);
+forward!(cuLaunchHostFunc(s, b, c) stream s, ptsz false);
+forward!(cuLaunchHostFunc_ptsz(s, b, c) stream s, ptsz true);
+forward!(cuStreamAddCallback(s, b, c, d) stream s, ptsz false);
+forward!(cuStreamAddCallback_ptsz(s, b, c, d) stream s, ptsz true);
+forward!(cuEventRecord(e, s) stream s, ptsz false);
+forward!(cuEventRecord_ptsz(e, s) stream s, ptsz true);
+forward!(cuEventRecordWithFlags(e, s, f) stream s, ptsz false);
+forward!(cuEventRecordWithFlags_ptsz(e, s, f) stream s, ptsz true);
+forward!(cuStreamWaitEvent(s, e, f) stream s, ptsz false);
+forward!(cuStreamWaitEvent_ptsz(s, e, f) stream s, ptsz true);
+forward!(cuMemAllocAsync(p, n, s) stream s, ptsz false);
+forward!(cuMemAllocAsync_ptsz(p, n, s) stream s, ptsz true);
+forward!(cuMemFreeAsync(p, s) stream s, ptsz false);
+forward!(cuMemFreeAsync_ptsz(p, s) stream s, ptsz true);
+forward!(cuMemAllocFromPoolAsync(p, n, q, s) stream s, ptsz false);
+forward!(cuMemAllocFromPoolAsync_ptsz(p, n, q, s) stream s, ptsz true);
+forward!(cuMemPrefetchAsync(p, n, d, s) stream s, ptsz false);
+forward!(cuMemPrefetchAsync_ptsz(p, n, d, s) stream s, ptsz true);
+forward!(cuStreamWriteValue32_v2(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamWriteValue32_v2_ptsz(s, a, v, f) stream s, ptsz true);
+forward!(cuStreamWriteValue64_v2(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamWriteValue64_v2_ptsz(s, a, v, f) stream s, ptsz true);
+forward!(cuStreamWaitValue32_v2(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamWaitValue32_v2_ptsz(s, a, v, f) stream s, ptsz true);
+forward!(cuStreamWaitValue64_v2(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamWaitValue64_v2_ptsz(s, a, v, f) stream s, ptsz true);
+forward!(cuStreamWriteValue32(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamWriteValue64(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamWaitValue32(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamWaitValue64(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamBatchMemOp_v2(s, n, p, f) stream s, ptsz false);
+forward!(cuStreamBatchMemOp_v2_ptsz(s, n, p, f) stream s, ptsz true);
+forward!(cuStreamBatchMemOp(s, n, p, f) stream s, ptsz false);
+forward!(cuGraphUpload(g, s) stream s, ptsz false);
+forward!(cuGraphUpload_ptsz(g, s) stream s, ptsz true);
+forward!(cuStreamAttachMemAsync(s, p, n, f) stream s, ptsz false);
+forward!(cuStreamAttachMemAsync_ptsz(s, p, n, f) stream s, ptsz true);
+
+// ---- synchronous calls: everything buffered goes out first ----
+forward!(cuMemcpy(a, b, c) drain_all);
+forward!(cuMemcpy_ptds(a, b, c) drain_all);
+forward!(cuMemcpyHtoD_v2(a, b, c) drain_all);
+forward!(cuMemcpyHtoD_v2_ptds(a, b, c) drain_all);
+forward!(cuMemcpyDtoH_v2(a, b, c) drain_all);
+forward!(cuMemcpyDtoH_v2_ptds(a, b, c) drain_all);
+forward!(cuMemcpyDtoD_v2(a, b, c) drain_all);
+forward!(cuMemcpyDtoD_v2_ptds(a, b, c) drain_all);
+forward!(cuMemcpy2D_v2(a) drain_all);
+forward!(cuMemcpy2D_v2_ptds(a) drain_all);
+forward!(cuMemcpy2DUnaligned_v2(a) drain_all);
+forward!(cuMemcpy3D_v2(a) drain_all);
+forward!(cuMemcpy3D_v2_ptds(a) drain_all);
+forward!(cuMemcpyPeer(a, b, c, d, e) drain_all);
+forward!(cuMemcpyPeer_ptds(a, b, c, d, e) drain_all);
+forward!(cuMemsetD8_v2(a, b, c) drain_all);
+forward!(cuMemsetD8_v2_ptds(a, b, c) drain_all);
+forward!(cuMemsetD16_v2(a, b, c) drain_all);
+forward!(cuMemsetD16_v2_ptds(a, b, c) drain_all);
+forward!(cuMemsetD32_v2(a, b, c) drain_all);
+forward!(cuMemsetD32_v2_ptds(a, b, c) drain_all);
+forward!(cuMemFree_v2(a) drain_all);
+forward!(cuMemFreeHost(a) drain_all);
+forward!(cuModuleUnload(a) drain_all);
+forward!(cuLibraryUnload(a) drain_all);
+forward!(cuCtxDestroy_v2(a) drain_all);
+forward!(cuDevicePrimaryCtxRelease_v2(a) drain_all);
+forward!(cuDevicePrimaryCtxReset_v2(a) drain_all);
+forward!(cuCtxSynchronize() drain_all);
+
+// ---- launches: through the stream's XQueue ----
+
+/// On a panic inside the shim: the call goes to libcuda as made, and interception stops.
+fn after_panic() {
+    streams::turn_off("an internal error");
+}
+
+macro_rules! launch_kernel {
+    ($name:ident, ptsz $p:expr, cooperative $c:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            f: Handle,
+            gx: u32,
+            gy: u32,
+            gz: u32,
+            bx: u32,
+            by: u32,
+            bz: u32,
+            smem: u32,
+            s: Handle,
+            params: *mut *mut c_void,
+            extra: *mut *mut c_void,
+        ) -> CUresult {
+            let real = real!($name);
+            let (fp, sp, pp, ep) = (f as usize, s as usize, params as usize, extra as usize);
+            let run = |intercept: bool| {
+                // SAFETY: the application's launch, forwarded.
+                unsafe {
+                    launch::kernel(
+                        real,
+                        $p,
+                        $c,
+                        intercept,
+                        fp as Handle,
+                        [gx, gy, gz],
+                        [bx, by, bz],
+                        smem,
+                        sp as Handle,
+                        pp as *mut *mut c_void,
+                        ep as *mut *mut c_void,
+                    )
+                }
+            };
+            std::panic::catch_unwind(|| run(true)).unwrap_or_else(|_| {
+                after_panic();
+                run(false)
+            })
+        }
+    };
+}
+
+launch_kernel!(cuLaunchKernel, ptsz false, cooperative false);
+launch_kernel!(cuLaunchKernel_ptsz, ptsz true, cooperative false);
+launch_kernel!(cuLaunchCooperativeKernel, ptsz false, cooperative true);
+launch_kernel!(cuLaunchCooperativeKernel_ptsz, ptsz true, cooperative true);
+
+macro_rules! launch_kernel_ex {
+    ($name:ident, ptsz $p:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            config: *const u8,
+            f: Handle,
+            params: *mut *mut c_void,
+            extra: *mut *mut c_void,
+        ) -> CUresult {
+            let real = real!($name);
+            let (cp, fp, pp, ep) = (config as usize, f as usize, params as usize, extra as usize);
+            let run = |intercept: bool| {
+                // SAFETY: the application's launch, forwarded.
+                unsafe {
+                    launch::kernel_ex(
+                        real,
+                        $p,
+                        intercept,
+                        cp as *const u8,
+                        fp as Handle,
+                        pp as *mut *mut c_void,
+                        ep as *mut *mut c_void,
+                    )
+                }
+            };
+            std::panic::catch_unwind(|| run(true)).unwrap_or_else(|_| {
+                after_panic();
+                run(false)
+            })
+        }
+    };
+}
+
+launch_kernel_ex!(cuLaunchKernelEx, ptsz false);
+launch_kernel_ex!(cuLaunchKernelEx_ptsz, ptsz true);
+
+macro_rules! graph_launch {
+    ($name:ident, ptsz $p:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(exec: Handle, s: Handle) -> CUresult {
+            let real = real!($name);
+            let (e, sp) = (exec as usize, s as usize);
+            // SAFETY: the application's launch, forwarded.
+            let run = |intercept: bool| unsafe {
+                launch::graph(real, $p, intercept, e as Handle, sp as Handle)
+            };
+            std::panic::catch_unwind(|| run(true)).unwrap_or_else(|_| {
+                after_panic();
+                run(false)
+            })
+        }
+    };
+}
+
+graph_launch!(cuGraphLaunch, ptsz false);
+graph_launch!(cuGraphLaunch_ptsz, ptsz true);
+
+// ---- synchronization, queries and stream lifecycle ----
+
+macro_rules! stream_sync {
+    ($name:ident, ptsz $p:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(s: usize) -> CUresult {
+            let real = real!($name);
+            let sticky = std::panic::catch_unwind(|| {
+                streams::before_direct(s as Handle, $p);
+                streams::existing(s as Handle, $p).map_or(SUCCESS, |q| q.xq.hal().take_sticky())
+            })
+            .unwrap_or(SUCCESS);
+            let r = call_real!(real, s);
+            if r == SUCCESS { sticky } else { r }
+        }
+    };
+}
+
+stream_sync!(cuStreamSynchronize, ptsz false);
+stream_sync!(cuStreamSynchronize_ptsz, ptsz true);
+
+macro_rules! stream_query {
+    ($name:ident, ptsz $p:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(s: usize) -> CUresult {
+            let real = real!($name);
+            let held = std::panic::catch_unwind(|| {
+                streams::existing(s as Handle, $p).is_some_and(|q| q.xq.pending_len() > 0)
+            })
+            .unwrap_or(false);
+            if held {
+                return ERROR_NOT_READY;
+            }
+            call_real!(real, s)
+        }
+    };
+}
+
+stream_query!(cuStreamQuery, ptsz false);
+stream_query!(cuStreamQuery_ptsz, ptsz true);
+
+macro_rules! stream_destroy {
+    ($name:ident) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(s: usize) -> CUresult {
+            let real = real!($name);
+            let _ = std::panic::catch_unwind(|| streams::forget(s as Handle));
+            call_real!(real, s)
+        }
+    };
+}
+
+stream_destroy!(cuStreamDestroy);
+stream_destroy!(cuStreamDestroy_v2);
+
+macro_rules! begin_capture {
+    ($name:ident($($a:ident),*), ptsz $p:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(s: usize, $($a: usize),*) -> CUresult {
+            let real = real!($name);
+            let _ = std::panic::catch_unwind(|| streams::before_direct(s as Handle, $p));
+            CAPTURES.fetch_add(1, Ordering::SeqCst);
+            let r = call_real!(real, s, $($a),*);
+            if r != SUCCESS {
+                end_one_capture();
+            }
+            r
+        }
+    };
+}
+
+fn end_one_capture() {
+    let _ = CAPTURES.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1));
+}
+
+begin_capture!(cuStreamBeginCapture(mode), ptsz false);
+begin_capture!(cuStreamBeginCapture_v2(mode), ptsz false);
+begin_capture!(cuStreamBeginCapture_ptsz(mode), ptsz true);
+begin_capture!(cuStreamBeginCapture_v2_ptsz(mode), ptsz true);
+begin_capture!(cuStreamBeginCaptureToGraph(g, d, e, n, mode), ptsz false);
+begin_capture!(cuStreamBeginCaptureToGraph_ptsz(g, d, e, n, mode), ptsz true);
+
+macro_rules! end_capture {
+    ($name:ident) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(s: usize, graph: usize) -> CUresult {
+            let real = real!($name);
+            let r = call_real!(real, s, graph);
+            end_one_capture();
+            r
+        }
+    };
+}
+
+end_capture!(cuStreamEndCapture);
+end_capture!(cuStreamEndCapture_ptsz);

@@ -1,0 +1,404 @@
+//! Kernel and graph launches: through the stream's XQueue, with the kernel's arguments copied
+//! so that a buffered launch does not depend on memory the application reuses after the call.
+
+use super::driver::{self, CUresult, Handle, SUCCESS};
+use super::hal::{CuError, Deferred, submitting};
+use super::real::Real;
+use super::streams::{self, StreamQueue};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use xpreempt_core::xqueue::threaded::TrySubmitError;
+use xpreempt_core::{Command, CommandProps};
+
+/// Kernel arguments owned by a deferred launch.
+struct Args {
+    /// The argument bytes, 16-byte aligned.
+    buf: Vec<u128>,
+    ptrs: Vec<*mut c_void>,
+    extra: Vec<*mut c_void>,
+    extra_size: Box<usize>,
+}
+
+// SAFETY: the pointers point into `buf`/`extra_size`, owned by the same value.
+unsafe impl Send for Args {}
+
+impl Args {
+    fn params(&mut self) -> *mut *mut c_void {
+        if self.ptrs.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            self.ptrs.as_mut_ptr()
+        }
+    }
+
+    fn extra(&mut self) -> *mut *mut c_void {
+        if self.extra.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            self.extra.as_mut_ptr()
+        }
+    }
+}
+
+/// (offset, size) of each parameter; `None` when the driver cannot say.
+type Layout = Option<Vec<(usize, usize)>>;
+
+static LAYOUTS: Mutex<Option<HashMap<usize, Layout>>> = Mutex::new(None);
+
+fn layout(f: Handle) -> Layout {
+    let mut g = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
+    g.get_or_insert_with(HashMap::new)
+        .entry(f as usize)
+        .or_insert_with(|| driver::param_layout(f))
+        .clone()
+}
+
+const PARAM_END: usize = 0;
+const PARAM_BUFFER_POINTER: usize = 1;
+const PARAM_BUFFER_SIZE: usize = 2;
+
+/// Copies the arguments of a launch; `None` when they cannot be known (then the launch goes
+/// straight to the driver after what it follows).
+///
+/// # Safety
+/// `params`/`extra` are what the application passed to the launch, valid during the call.
+unsafe fn copy_args(f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) -> Option<Args> {
+    let mut a = Args {
+        buf: Vec::new(),
+        ptrs: Vec::new(),
+        extra: Vec::new(),
+        extra_size: Box::new(0),
+    };
+    if !params.is_null() {
+        let l = layout(f)?;
+        let total = l.iter().map(|&(o, s)| o + s).max().unwrap_or(0);
+        a.buf = vec![0u128; total.div_ceil(16)];
+        let base = a.buf.as_mut_ptr().cast::<u8>();
+        for (i, &(off, size)) in l.iter().enumerate() {
+            // SAFETY: the driver says argument i has `size` bytes; the application passed a
+            // pointer to each argument; `buf` holds `total` bytes.
+            unsafe {
+                let src = *params.add(i);
+                if src.is_null() {
+                    return None;
+                }
+                std::ptr::copy_nonoverlapping(src.cast::<u8>(), base.add(off), size);
+                a.ptrs.push(base.add(off).cast());
+            }
+        }
+    } else if !extra.is_null() {
+        let (mut buf, mut size) = (std::ptr::null::<u8>(), None);
+        let mut i = 0;
+        loop {
+            // SAFETY: `extra` is a CU_LAUNCH_PARAM_END-terminated key/value list.
+            let key = unsafe { *extra.add(i) } as usize;
+            if key == PARAM_END {
+                break;
+            }
+            // SAFETY: as above: every key but END has a value.
+            let value = unsafe { *extra.add(i + 1) };
+            match key {
+                PARAM_BUFFER_POINTER => buf = value.cast(),
+                // SAFETY: the value of BUFFER_SIZE points to a size_t.
+                PARAM_BUFFER_SIZE => size = Some(unsafe { *value.cast::<usize>() }),
+                _ => return None,
+            }
+            i += 2;
+            if i > 64 {
+                return None;
+            }
+        }
+        let size = size?;
+        if buf.is_null() {
+            return None;
+        }
+        a.buf = vec![0u128; size.div_ceil(16)];
+        // SAFETY: the application's argument buffer has `size` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(buf, a.buf.as_mut_ptr().cast::<u8>(), size) };
+        *a.extra_size = size;
+        a.extra = vec![
+            PARAM_BUFFER_POINTER as *mut c_void,
+            a.buf.as_mut_ptr().cast(),
+            PARAM_BUFFER_SIZE as *mut c_void,
+            (&mut *a.extra_size as *mut usize).cast(),
+            PARAM_END as *mut c_void,
+        ];
+    }
+    Some(a)
+}
+
+/// Launches that went through an XQueue in this process.
+static QUEUED: AtomicU64 = AtomicU64::new(0);
+
+/// How many launches went through xpreempt's queues in this process (0: not intercepting).
+#[unsafe(no_mangle)]
+pub extern "C" fn xpreempt_shim_cuda_launches() -> u64 {
+    QUEUED.load(Ordering::Relaxed)
+}
+
+/// Submits a deferred call to `q`, returning the driver's status when it launched at once.
+fn submit(q: &StreamQueue, call: impl FnOnce() -> CUresult + Send + 'static) -> CUresult {
+    let cmd =
+        Command::kernel(Deferred::new(call)).with_props(CommandProps::new(false, false, false));
+    QUEUED.fetch_add(1, Ordering::Relaxed);
+    let r = submitting(|| q.xq.submit_with_retry(cmd, Duration::from_secs(3600)));
+    match r {
+        Ok(_) => SUCCESS,
+        Err(TrySubmitError::Launch(e)) => status_of(&e.source),
+        Err(TrySubmitError::Busy(..)) => {
+            shim_log!("admission refused for an hour; launch dropped");
+            driver::ERROR_NOT_READY
+        }
+    }
+}
+
+fn status_of(e: &xpreempt_core::HalError) -> CUresult {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(c) = s.downcast_ref::<CuError>() {
+            return c.0;
+        }
+        source = s.source();
+    }
+    driver::ERROR_INVALID_VALUE
+}
+
+/// Where a launch goes: through the queue (`Some`), or straight to the driver.
+fn route(intercept: bool, stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
+    if !intercept || !streams::active() || streams::capturing(stream) {
+        streams::before_direct(stream, ptsz);
+        return None;
+    }
+    let q = streams::queue(stream, ptsz);
+    match &q {
+        Some(q) => streams::order_before(stream, ptsz, Some(q)),
+        None => streams::before_direct(stream, ptsz),
+    }
+    q
+}
+
+type LaunchFn = unsafe extern "C" fn(
+    Handle,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    Handle,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CUresult;
+
+/// `cuLaunchKernel` and `cuLaunchCooperativeKernel` (which has no `extra`).
+///
+/// # Safety
+/// The arguments are the application's, as for the real function.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn kernel(
+    real: &Real,
+    ptsz: bool,
+    cooperative: bool,
+    intercept: bool,
+    f: Handle,
+    grid: [u32; 3],
+    block: [u32; 3],
+    smem: u32,
+    stream: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    let addr = real.addr();
+    if addr == 0 {
+        return driver::ERROR_NOT_INITIALIZED;
+    }
+    // SAFETY: libcuda's launch functions have this signature; the cooperative one ignores the
+    // trailing argument (it is passed in a register the callee does not read).
+    let real_fn = unsafe { std::mem::transmute::<usize, LaunchFn>(addr) };
+    let direct = move |params, extra| {
+        let extra = if cooperative {
+            std::ptr::null_mut()
+        } else {
+            extra
+        };
+        // SAFETY: forwarding the application's launch.
+        unsafe {
+            real_fn(
+                f, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, stream, params,
+                extra,
+            )
+        }
+    };
+    let Some(q) = route(intercept, stream, ptsz) else {
+        return direct(params, extra);
+    };
+    // SAFETY: the application's arguments, valid during this call.
+    let Some(mut args) = (unsafe { copy_args(f, params, extra) }) else {
+        q.xq.wait_launched();
+        return direct(params, extra);
+    };
+    let f = f as usize;
+    let stream = stream as usize;
+    submit(&q, move || {
+        let extra = if cooperative {
+            std::ptr::null_mut()
+        } else {
+            args.extra()
+        };
+        // SAFETY: the launch as the application made it, with arguments this closure owns.
+        unsafe {
+            real_fn(
+                f as Handle,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                smem,
+                stream as Handle,
+                args.params(),
+                extra,
+            )
+        }
+    })
+}
+
+/// `CUlaunchConfig` as cuda.h lays it out (56 bytes), and the size of one attribute.
+const LAUNCH_CONFIG_SIZE: usize = 56;
+const CONFIG_STREAM_OFFSET: usize = 32;
+const CONFIG_ATTRS_OFFSET: usize = 40;
+const CONFIG_NUM_ATTRS_OFFSET: usize = 48;
+const LAUNCH_ATTRIBUTE_SIZE: usize = 72;
+
+type LaunchExFn =
+    unsafe extern "C" fn(*const u8, Handle, *mut *mut c_void, *mut *mut c_void) -> CUresult;
+
+/// `cuLaunchKernelEx`: the config and its attributes are copied with the arguments.
+///
+/// # Safety
+/// As for the real function.
+pub unsafe fn kernel_ex(
+    real: &Real,
+    ptsz: bool,
+    intercept: bool,
+    config: *const u8,
+    f: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    let addr = real.addr();
+    if addr == 0 {
+        return driver::ERROR_NOT_INITIALIZED;
+    }
+    // SAFETY: libcuda's cuLaunchKernelEx has this signature.
+    let real_fn = unsafe { std::mem::transmute::<usize, LaunchExFn>(addr) };
+    if config.is_null() {
+        // SAFETY: forwarding; the driver reports the bad argument.
+        return unsafe { real_fn(config, f, params, extra) };
+    }
+    // SAFETY: a CUlaunchConfig is readable at `config`.
+    let (stream, attrs, num_attrs) = unsafe {
+        (
+            config
+                .add(CONFIG_STREAM_OFFSET)
+                .cast::<Handle>()
+                .read_unaligned(),
+            config
+                .add(CONFIG_ATTRS_OFFSET)
+                .cast::<*const u8>()
+                .read_unaligned(),
+            config
+                .add(CONFIG_NUM_ATTRS_OFFSET)
+                .cast::<u32>()
+                .read_unaligned() as usize,
+        )
+    };
+    let Some(q) = route(intercept, stream, ptsz) else {
+        // SAFETY: forwarding.
+        return unsafe { real_fn(config, f, params, extra) };
+    };
+    // SAFETY: the application's arguments, valid during this call.
+    let copied = unsafe { copy_args(f, params, extra) };
+    let (Some(mut args), false) = (copied, num_attrs > 0 && attrs.is_null()) else {
+        q.xq.wait_launched();
+        // SAFETY: forwarding.
+        return unsafe { real_fn(config, f, params, extra) };
+    };
+    let mut cfg = vec![0u64; LAUNCH_CONFIG_SIZE / 8];
+    let mut attr_bytes = vec![0u64; (num_attrs * LAUNCH_ATTRIBUTE_SIZE).div_ceil(8)];
+    // SAFETY: the config and `num_attrs` attributes are readable; the copies are large enough.
+    unsafe {
+        std::ptr::copy_nonoverlapping(config, cfg.as_mut_ptr().cast::<u8>(), LAUNCH_CONFIG_SIZE);
+        if num_attrs > 0 {
+            std::ptr::copy_nonoverlapping(
+                attrs,
+                attr_bytes.as_mut_ptr().cast::<u8>(),
+                num_attrs * LAUNCH_ATTRIBUTE_SIZE,
+            );
+        }
+    }
+    let f = f as usize;
+    let attrs_owned = SendBytes(attr_bytes);
+    let mut cfg_owned = SendBytes(cfg);
+    submit(&q, move || {
+        let attrs = attrs_owned;
+        let p = if num_attrs > 0 {
+            attrs.0.as_ptr() as usize
+        } else {
+            0
+        };
+        // SAFETY: pointing the copied config at the copied attributes.
+        unsafe {
+            cfg_owned
+                .0
+                .as_mut_ptr()
+                .cast::<u8>()
+                .add(CONFIG_ATTRS_OFFSET)
+                .cast::<usize>()
+                .write_unaligned(p);
+            real_fn(
+                cfg_owned.0.as_ptr().cast(),
+                f as Handle,
+                args.params(),
+                args.extra(),
+            )
+        }
+    })
+}
+
+struct SendBytes(Vec<u64>);
+
+type GraphLaunchFn = unsafe extern "C" fn(Handle, Handle) -> CUresult;
+
+/// `cuGraphLaunch`: one command.
+///
+/// # Safety
+/// As for the real function.
+pub unsafe fn graph(
+    real: &Real,
+    ptsz: bool,
+    intercept: bool,
+    exec: Handle,
+    stream: Handle,
+) -> CUresult {
+    let addr = real.addr();
+    if addr == 0 {
+        return driver::ERROR_NOT_INITIALIZED;
+    }
+    // SAFETY: libcuda's cuGraphLaunch has this signature.
+    let real_fn = unsafe { std::mem::transmute::<usize, GraphLaunchFn>(addr) };
+    let Some(q) = route(intercept, stream, ptsz) else {
+        // SAFETY: forwarding.
+        return unsafe { real_fn(exec, stream) };
+    };
+    let (exec, stream) = (exec as usize, stream as usize);
+    // SAFETY (inside): forwarding the launch as made.
+    submit(&q, move || unsafe {
+        real_fn(exec as Handle, stream as Handle)
+    })
+}

@@ -1,0 +1,18 @@
+//! Driver-API interception: unmodified CUDA applications scheduled by xpreempt
+//! (`xpreempt run`, `XPREEMPT_INTERCEPT=1`).
+//!
+//! - [`resolve`]: `dlsym` and `cuGetProcAddress` hand out the shim's wrappers;
+//! - [`exports`]: the wrappers, under libcuda's names;
+//! - [`launch`]: kernel and graph launches become XQueue commands ([`hal`]);
+//! - [`streams`]: a stream's queue, and the ordering rules every other call follows;
+//! - [`settings`], [`chaos`]: what `xpreempt run` asks for; random suspensions for testing.
+
+mod chaos;
+pub mod driver;
+mod exports;
+pub mod hal;
+mod launch;
+pub mod real;
+mod resolve;
+pub mod settings;
+pub mod streams;

@@ -1,0 +1,103 @@
+//! What `xpreempt run` tells the shim, from the environment (read once).
+
+use std::sync::OnceLock;
+use xpreempt_core::Level;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `XPREEMPT_INTERCEPT=1`: driver-API interception on. Off, every wrapper calls libcuda.
+    pub intercept: bool,
+    /// `XPREEMPT_PRIORITY`: the logical priority of every queue of the process.
+    pub priority: i32,
+    /// `XPREEMPT_LEVEL` (1–3).
+    pub level: Level,
+    /// `XPREEMPT_PASS_THROUGH=1`: launches go straight to the driver.
+    pub pass_through: bool,
+    /// `XPREEMPT_WINDOW`: most commands in flight per stream.
+    pub window: Option<u32>,
+    /// `XPREEMPT_CHAOS=SEED[:PERIOD_US]`: random suspensions, for conformance tests.
+    pub chaos: Option<(u64, u64)>,
+}
+
+/// The window of a queue that is not the process's own choice: the highest queues run
+/// unthrottled, lower ones keep a short window so that a suspension waits for little.
+const LOW_WINDOW: u32 = 16;
+const HIGH_WINDOW: u32 = 1024;
+
+impl Settings {
+    pub fn parse(get: impl Fn(&str) -> Option<String>) -> Self {
+        let flag = |k: &str| get(k).is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let level = match get("XPREEMPT_LEVEL").as_deref().map(str::trim) {
+            Some("2") => Level::Lv2,
+            Some("3") => Level::Lv3,
+            _ => Level::Lv1,
+        };
+        let chaos = get("XPREEMPT_CHAOS").and_then(|v| {
+            let mut it = v.split(':');
+            let seed = it.next()?.trim().parse().ok()?;
+            let period = it.next().and_then(|p| p.trim().parse().ok()).unwrap_or(500);
+            Some((seed, period))
+        });
+        Self {
+            intercept: flag("XPREEMPT_INTERCEPT"),
+            priority: get("XPREEMPT_PRIORITY")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0),
+            level,
+            pass_through: flag("XPREEMPT_PASS_THROUGH"),
+            window: get("XPREEMPT_WINDOW")
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|&w| w > 0),
+            chaos,
+        }
+    }
+
+    /// (threshold, batch) of each queue.
+    pub fn window(&self) -> (u32, u32) {
+        let threshold = self.window.unwrap_or(if self.priority > 0 {
+            HIGH_WINDOW
+        } else {
+            LOW_WINDOW
+        });
+        (threshold, (threshold / 4).clamp(1, 16))
+    }
+}
+
+pub fn settings() -> &'static Settings {
+    static S: OnceLock<Settings> = OnceLock::new();
+    S.get_or_init(|| Settings::parse(|k| std::env::var(k).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_is_read_with_defaults() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let s = Settings::parse(env(&[]));
+        assert!(!s.intercept);
+        assert_eq!((s.priority, s.level, s.window()), (0, Level::Lv1, (16, 4)));
+        let s = Settings::parse(env(&[
+            ("XPREEMPT_INTERCEPT", "1"),
+            ("XPREEMPT_PRIORITY", "10"),
+            ("XPREEMPT_LEVEL", "3"),
+            ("XPREEMPT_CHAOS", "7:200"),
+        ]));
+        assert!(s.intercept);
+        assert_eq!(
+            (s.priority, s.level, s.window()),
+            (10, Level::Lv3, (1024, 16))
+        );
+        assert_eq!(s.chaos, Some((7, 200)));
+        let s = Settings::parse(env(&[("XPREEMPT_WINDOW", "2"), ("XPREEMPT_CHAOS", "x")]));
+        assert_eq!((s.window(), s.chaos), ((2, 1), None));
+    }
+}

@@ -1,0 +1,281 @@
+//! Each CUstream an application uses (per context for the legacy default stream) becomes an
+//! XQueue registered with the agent. Kernel and graph launches go through the queue (buffered
+//! while the scheduler holds it, launched on the caller's thread otherwise); every other
+//! operation goes straight to the driver once the commands it must follow have been launched,
+//! so the application never observes the buffering.
+
+use super::driver::{
+    self, CtxGuard, Handle, STREAM_LEGACY, STREAM_NON_BLOCKING, STREAM_PER_THREAD, SUCCESS,
+};
+use super::hal::StreamHal;
+use super::settings::{Settings, settings};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use xpreempt_agent::{Agent, Declaration, Options};
+use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
+use xpreempt_core::{Hints, QueueConfig};
+
+pub struct StreamQueue {
+    pub xq: Arc<SharedXQueue<StreamHal>>,
+    pub ctx: usize,
+    pub legacy: bool,
+    pub non_blocking: bool,
+}
+
+/// Key: (0, stream) for a created stream, (ctx, STREAM_LEGACY) for a context's legacy stream.
+type Key = (usize, usize);
+
+/// `None`: the stream passes through (its queue could not be made).
+static QUEUES: Mutex<Option<HashMap<Key, Option<Arc<StreamQueue>>>>> = Mutex::new(None);
+/// Stream captures in progress in the process; while 0 no launch asks the driver.
+pub static CAPTURES: AtomicUsize = AtomicUsize::new(0);
+/// Interception is off in this process (a forked child, or the agent could not start).
+static OFF: AtomicBool = AtomicBool::new(false);
+static AGENT: OnceLock<Option<Agent>> = OnceLock::new();
+static HOOKS: std::sync::Once = std::sync::Once::new();
+
+/// Stops interception for the rest of the process (said once).
+pub fn turn_off(why: &str) {
+    if !OFF.swap(true, Ordering::SeqCst) {
+        shim_log!("{why}: CUDA calls pass through from now on");
+        // What the queues hold goes out before anything passes them.
+        for q in all() {
+            q.xq.wait_launched();
+        }
+    }
+}
+
+pub fn active() -> bool {
+    settings().intercept && !OFF.load(Ordering::Relaxed)
+}
+
+fn queues() -> MutexGuard<'static, Option<HashMap<Key, Option<Arc<StreamQueue>>>>> {
+    QUEUES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The process's queues, for operations that concern all of them.
+pub fn all() -> Vec<Arc<StreamQueue>> {
+    queues()
+        .as_ref()
+        .map(|m| m.values().flatten().cloned().collect())
+        .unwrap_or_default()
+}
+
+extern "C" fn in_forked_child() {
+    // The agent's threads and the parent's CUDA state are not the child's: pass everything through.
+    OFF.store(true, Ordering::Relaxed);
+}
+
+extern "C" fn at_exit() {
+    // Whatever the scheduler holds back goes out before libcuda's own exit handlers run.
+    super::chaos::stop();
+    for q in all() {
+        q.xq.wait_launched();
+    }
+}
+
+fn agent(s: &Settings) -> Option<&'static Agent> {
+    AGENT
+        .get_or_init(|| {
+            HOOKS.call_once(|| {
+                // SAFETY: registering plain extern "C" functions without captured state.
+                unsafe {
+                    libc::pthread_atfork(None, None, Some(in_forked_child));
+                    libc::atexit(at_exit);
+                }
+            });
+            match Agent::start(Options {
+                local_policy: "hpf".into(),
+                ..Options::default()
+            }) {
+                Ok(a) => {
+                    if s.chaos.is_some() {
+                        super::chaos::start(s);
+                    }
+                    Some(a)
+                }
+                Err(e) => {
+                    shim_log!("the agent did not start ({e}); CUDA calls pass through");
+                    OFF.store(true, Ordering::Relaxed);
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Whether `stream` (as the application passed it) is a per-thread default stream, which the
+/// shim passes through: only the application's own thread can name it.
+pub fn is_per_thread(stream: Handle, ptsz: bool) -> bool {
+    let s = stream as usize;
+    s == STREAM_PER_THREAD || (ptsz && s == 0)
+}
+
+fn key(stream: Handle) -> (Key, bool, usize) {
+    let s = stream as usize;
+    if s == 0 || s == STREAM_LEGACY {
+        let ctx = driver::current_ctx() as usize;
+        ((ctx, STREAM_LEGACY), true, ctx)
+    } else {
+        ((0, s), false, 0)
+    }
+}
+
+/// The queue of a stream, made on first use; `None` to pass through.
+pub fn queue(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
+    if !active() || is_per_thread(stream, ptsz) {
+        return None;
+    }
+    let (k, legacy, ctx) = key(stream);
+    if let Some(found) = queues().as_ref().and_then(|m| m.get(&k)) {
+        return found.clone();
+    }
+    let made = make(stream, legacy, ctx);
+    queues()
+        .get_or_insert_with(HashMap::new)
+        .entry(k)
+        .or_insert(made)
+        .clone()
+}
+
+/// The queue of a stream if it has one already.
+pub fn existing(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
+    if !active() || is_per_thread(stream, ptsz) {
+        return None;
+    }
+    let (k, _, _) = key(stream);
+    queues().as_ref().and_then(|m| m.get(&k).cloned().flatten())
+}
+
+fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
+    let s = settings();
+    let agent = agent(s)?;
+    let mut ctx = ctx as Handle;
+    let mut flags = 0u32;
+    if !legacy
+        && (driver::cuStreamGetCtx(stream, &mut ctx) != SUCCESS
+            || driver::cuStreamGetFlags(stream, &mut flags) != SUCCESS)
+    {
+        return None;
+    }
+    if ctx.is_null() {
+        return None;
+    }
+    let mut device = 0i32;
+    {
+        let _g = CtxGuard::enter(ctx);
+        driver::cuCtxGetDevice(&mut device);
+    }
+    let hal_stream = if legacy {
+        STREAM_LEGACY as Handle
+    } else {
+        stream
+    };
+    let (threshold, batch) = s.window();
+    let config = match QueueConfig::new(threshold, batch, s.level) {
+        Ok(c) => c,
+        Err(e) => {
+            shim_log!("queue settings: {e}; stream passes through");
+            return None;
+        }
+    };
+    let decl = Declaration {
+        device: device.max(0) as u32,
+        priority: s.priority,
+        hints: Hints::default(),
+        interleave: None,
+        level: s.level,
+    };
+    match agent.queue(decl, config, StreamHal::new(ctx, hal_stream)) {
+        Ok(xq) => Some(Arc::new(StreamQueue {
+            xq,
+            ctx: ctx as usize,
+            legacy,
+            non_blocking: flags & STREAM_NON_BLOCKING != 0,
+        })),
+        Err(e) => {
+            shim_log!("registering a stream: {e}; it passes through");
+            None
+        }
+    }
+}
+
+/// A stream is destroyed: what it holds goes out first, then it leaves the scheduler.
+pub fn forget(stream: Handle) {
+    let (k, _, _) = key(stream);
+    let gone = queues().as_mut().and_then(|m| m.remove(&k)).flatten();
+    if let Some(q) = gone {
+        q.xq.wait_launched();
+        if let Some(Some(a)) = AGENT.get() {
+            a.remove(Preemptible::queue_id(&*q.xq));
+        }
+    }
+}
+
+fn drain_where(f: impl Fn(&StreamQueue) -> bool) {
+    for q in all() {
+        if f(&q) {
+            q.xq.wait_launched();
+        }
+    }
+}
+
+/// Before `stream` gets work that bypasses its queue (or before its queue gets more work): the
+/// commands CUDA orders it after are handed to the driver first. The legacy default stream
+/// follows every blocking stream of its context and they follow it; a per-thread default
+/// stream is blocking too.
+pub fn order_before(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
+    if !active() {
+        return;
+    }
+    if is_per_thread(stream, ptsz) {
+        let ctx = driver::current_ctx() as usize;
+        return drain_where(|q| q.legacy && q.ctx == ctx);
+    }
+    match own {
+        Some(q) if q.legacy => {
+            let ctx = q.ctx;
+            drain_where(|o| o.ctx == ctx && !o.non_blocking);
+        }
+        Some(q) if !q.non_blocking => {
+            let ctx = q.ctx;
+            drain_where(|o| o.legacy && o.ctx == ctx);
+        }
+        _ => {}
+    }
+}
+
+/// Before a direct call on `stream`: its own queue and what it is ordered after are launched.
+pub fn before_direct(stream: Handle, ptsz: bool) {
+    if !active() {
+        return;
+    }
+    let own = existing(stream, ptsz);
+    if let Some(q) = &own {
+        q.xq.wait_launched();
+    }
+    order_before(stream, ptsz, own.as_deref());
+    if own.is_none() && !is_per_thread(stream, ptsz) {
+        // A stream without a queue yet may still be the legacy stream of a context whose
+        // blocking streams hold work.
+        let s = stream as usize;
+        if s == 0 || s == STREAM_LEGACY {
+            let ctx = driver::current_ctx() as usize;
+            drain_where(|o| o.ctx == ctx && !o.non_blocking);
+        }
+    }
+}
+
+/// Before a synchronous call (copies, frees, unloads, context teardown): everything buffered
+/// anywhere in the process goes out.
+pub fn drain_all() {
+    if active() {
+        drain_where(|_| true);
+    }
+}
+
+/// A launch on `stream` while a capture is active goes straight to the driver.
+pub fn capturing(stream: Handle) -> bool {
+    CAPTURES.load(Ordering::Relaxed) > 0 && driver::is_capturing(stream)
+}
