@@ -57,6 +57,22 @@ pub fn libcuda() -> Option<*mut c_void> {
     Some(h as *mut c_void)
 }
 
+/// Whether the process has libcuda loaded (without loading it).
+pub fn libcuda_loaded() -> bool {
+    if LIBCUDA.load(Ordering::Acquire) != 0 {
+        return true;
+    }
+    // SAFETY: a no-load dlopen only looks; the reference it may take is dropped at once.
+    unsafe {
+        let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        if h.is_null() {
+            return false;
+        }
+        libc::dlclose(h);
+    }
+    true
+}
+
 /// libcuda's export `name`, or 0.
 pub fn symbol(name: &CStr) -> usize {
     match libcuda() {

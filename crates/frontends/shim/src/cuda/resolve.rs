@@ -58,7 +58,7 @@ fn is_libcuda(name: &CStr, addr: usize) -> bool {
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     // SAFETY: forwarded.
     let found = unsafe { real::dlsym(handle, name) };
-    if found.is_null() || name.is_null() || !streams::active() {
+    if found.is_null() || name.is_null() || !streams::active() || !real::libcuda_loaded() {
         return found;
     }
     std::panic::catch_unwind(|| {

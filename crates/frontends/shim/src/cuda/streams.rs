@@ -46,8 +46,10 @@ pub fn turn_off(why: &str) {
     }
 }
 
+/// Whether calls go through xpreempt's queues (pass-through mode forwards them untouched).
 pub fn active() -> bool {
-    settings().intercept && !OFF.load(Ordering::Relaxed)
+    let s = settings();
+    s.intercept && !s.pass_through && !OFF.load(Ordering::Relaxed)
 }
 
 fn queues() -> MutexGuard<'static, Option<HashMap<Key, Option<Arc<StreamQueue>>>>> {
