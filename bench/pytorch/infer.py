@@ -12,7 +12,8 @@ A request = copy the input in (pinned host -> device) + graph replay (or eager f
 the output out + synchronize. Arrivals are open-loop Poisson at --rate requests/s (or, without
 --rate, at the rate that makes the GPU busy --util of the time, from a closed-loop calibration
 of the service time). Latency is counted from the arrival, so queueing behind a slow request
-counts. u = (requests x calibrated service time) / wall time of the window: the fraction of the
+counts; the service time (request start to completion) is reported beside it. u = (requests x
+calibrated service time) / wall time of the window: the fraction of the
 time the inference keeps the GPU busy (meaningful in the run alone).
 
 Output (JSON, --out): latency stats (p50/p99/p999/mean), service-time stats, count, rate, u,
@@ -190,6 +191,7 @@ def main():
         "u_measured": sum(services) / wall if wall > 0 else float("nan"),
         "output_sha256": digest,
         "latencies_ms": [round(x * 1e3, 4) for x in latencies],
+        "services_ms": [round(x * 1e3, 4) for x in services],
     }
     write_json(args.out, result)
     log(f"{len(latencies)} requests: p50 {result['latency']['p50_ms']} ms, p99 {result['latency']['p99_ms']} ms, "
