@@ -5,7 +5,7 @@
 #   quick      bench/pytorch/pairs.py --quick   (~2 min)
 #   full       bench/pytorch/pairs.py           (~8 min; PAIRS_ARGS adds arguments)
 # Writes at most 8 files to $OUT: log.txt, cuda-apps.{json,txt}, cuda-apps-logs.tgz,
-# pairs-<step>.{json,md}, cdf PNGs, pairs-<step>-raw.tgz.
+# pairs-<step>.{json,md}, the first CDF plot, pairs-<step>.tgz (summary, all plots, raw/).
 #
 # From a checkout without a GPU, with the device tool: copy tests/cuda-apps and bench/pytorch
 # (and the xpreempt binaries, if any) into an ignored folder of the checkout that travels, e.g.
@@ -42,8 +42,10 @@ for step in $STEPS; do
       (cd "$ROOT/bench/pytorch" && python3 pairs.py "${args[@]}") || FAILED="$FAILED $step"
       cp "$dir/summary.json" "$OUT/pairs-$step.json"
       cp "$dir/summary.md" "$OUT/pairs-$step.md"
-      for f in "$dir"/cdf-*.png; do [ -f "$f" ] && cp "$f" "$OUT/$step-$(basename "$f")"; done
-      tar czf "$OUT/pairs-$step-raw.tgz" -C "$dir" raw ;;
+      png=$(ls "$dir"/cdf-*.png 2>/dev/null | head -1)
+      [ -n "$png" ] && cp "$png" "$OUT/$step-$(basename "$png")"
+      # everything (summary, every plot, raw/) in one archive: $OUT brings back 8 files at most
+      tar czf "$OUT/pairs-$step.tgz" -C "$dir" . ;;
     *) echo "unknown step $step"; FAILED="$FAILED $step" ;;
   esac
 done

@@ -51,9 +51,13 @@ def parse_args():
     p.add_argument("--infer-batch", type=int, default=96)
     p.add_argument("--util", type=float, default=0.4, help="target busy fraction of the high inference")
     p.add_argument("--medium-util", type=float, default=0.15)
+    p.add_argument("--eager-util", type=float, default=0.25,
+                   help="eager batch 1 is CPU-bound and its service time varies: keep it well below saturation")
     p.add_argument("--train-model", default="resnet50")
     p.add_argument("--train-batch", type=int, default=256)
     p.add_argument("--startup-timeout", type=float, default=240.0)
+    p.add_argument("--from-raw", metavar="DIR",
+                   help="run nothing: rebuild summary.json/.md and the plots from an earlier run's raw/ folder")
     return p.parse_args()
 
 
@@ -162,7 +166,7 @@ class Runner:
             util = a.util
         elif kind == "eager":
             extra = ["--model", "resnet50-eager", "--batch", "1"]
-            util = a.util
+            util = a.eager_util
         else:  # medium
             extra = ["--model", "gpt2", "--batch", "8", "--seq", "256"]
             util = a.medium_util
@@ -282,6 +286,7 @@ def summarize(runs, alone):
             if rate and train_ref:
                 row["train_x"] = rate / train_ref
             row["weights_equal_alone"] = (train_alone or {}).get("weights_sha256") == tr.get("weights_sha256")
+            row["train_loss_at_check"] = tr.get("loss_at_check")
         if "p99_x" in row and "train_x" in row and row.get("u_alone") is not None:
             row["goal_latency"] = row["p99_x"] <= 1.2
             row["goal_latency_service"] = row["svc_p99_x"] <= 1.2
@@ -370,8 +375,64 @@ def strip(result):
             for k, r in result.items()}
 
 
+def load_raw(raw):
+    """Runs (alone and shared) rebuilt from raw/<group>-<mode>-<kind>.json file names."""
+    alone, alone_runs, runs, by_key = {}, [], [], {}
+    for f in sorted(os.listdir(raw)):
+        if not f.endswith(".json"):
+            continue
+        group, rest = f[:-5].split("-", 1)
+        mode, kind = rest.rsplit("-", 1)
+        with open(os.path.join(raw, f)) as fh:
+            by_key.setdefault((group, mode), {})[kind] = json.load(fh)
+    for (group, mode), results in sorted(by_key.items()):
+        if mode == "alone":
+            for kind, res in results.items():
+                alone[kind] = res
+                alone_runs.append({"group": group, "mode": mode, "measuring": kind, "results": {kind: res}})
+        else:
+            runs.append({"group": group, "mode": mode, "measuring": GROUP_MEMBERS[group][0][1], "results": results})
+    order = {m: i for i, m in enumerate(NATIVE_MODES + XP_MODES)}
+    groups = {g: i for i, g in enumerate(GROUP_MEMBERS)}
+    runs.sort(key=lambda r: (groups.get(r["group"], 9), order.get(r["mode"], 99)))
+    alone_runs.sort(key=lambda r: (groups.get(r["group"], 9), r["measuring"] == "train"))
+    return alone, alone_runs, runs
+
+
+def report(args, alone, alone_runs, runs, meta):
+    rows = summarize(alone_runs + runs, alone)
+    first = alone.get("high", {})
+    meta.update({"device": first.get("device", "?"), "torch": first.get("torch"),
+                 "train_model": args.train_model, "train_batch": args.train_batch, "util": args.util})
+    try:
+        meta["nvidia_smi"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,compute_mode", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    summary = {"meta": meta, "rows": rows, "alone": {r["measuring"]: strip(r["results"]) for r in alone_runs},
+               "runs": [{**{k: v for k, v in r.items() if k != "results"}, "results": strip(r["results"])}
+                        for r in runs]}
+    with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1, sort_keys=True)
+    md = markdown(rows, meta)
+    with open(os.path.join(args.out_dir, "summary.md"), "w") as f:
+        f.write(md)
+    plot(runs, alone_runs, args.out_dir)
+    print(md)
+
+
 def main():
     args = parse_args()
+    command = " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])
+    if args.from_raw:
+        os.makedirs(args.out_dir, exist_ok=True)
+        alone, alone_runs, runs = load_raw(args.from_raw)
+        first = alone.get("high", {})
+        report(args, alone, alone_runs, runs, {
+            "date": "see raw/", "command": command,
+            "duration": (first.get("args") or {}).get("duration"), "rebuilt_from_raw": True})
+        return
     if args.duration is None:
         args.duration = 5.0 if args.quick else 20.0
     groups = (args.groups or ("pair" if args.quick else "pair,trio,eager")).split(",")
@@ -411,29 +472,10 @@ def main():
         for mode in group_modes[group]:
             runs.append(runner.run(group, mode, GROUP_MEMBERS[group]))
 
-    rows = summarize(alone_runs + runs, alone)
-    first = alone.get("high", {})
-    meta = {"device": first.get("device", "?"), "torch": first.get("torch"),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), "duration": args.duration,
-            "util": args.util, "train_model": args.train_model, "train_batch": args.train_batch,
-            "xpreempt_bin": args.xpreempt_bin, "groups": groups, "elapsed_s": round(time.time() - started, 1)}
-    try:
-        meta["nvidia_smi"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,compute_mode", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    summary = {"meta": meta, "rows": rows, "alone": {r["measuring"]: strip(r["results"]) for r in alone_runs},
-               "runs": [{**{k: v for k, v in r.items() if k != "results"}, "results": strip(r["results"])}
-                        for r in runs]}
-    with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1, sort_keys=True)
-    md = markdown(rows, meta)
-    with open(os.path.join(args.out_dir, "summary.md"), "w") as f:
-        f.write(md)
-    plot(runs, alone_runs, args.out_dir)
-    print(md)
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": command,
+            "duration": args.duration, "xpreempt_bin": args.xpreempt_bin, "groups": groups,
+            "elapsed_s": round(time.time() - started, 1)}
+    report(args, alone, alone_runs, runs, meta)
     print(f"elapsed {meta['elapsed_s']} s; results in {args.out_dir}")
     shutil.rmtree(runner.tmp, ignore_errors=True)
 
