@@ -67,8 +67,19 @@ def latency_stats(values_s):
     }
 
 
+def json_safe(obj):
+    """NaN and infinities (a diverged loss, an empty window) become null: strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def write_json(path, obj):
-    text = json.dumps(obj, indent=1, sort_keys=True)
+    text = json.dumps(json_safe(obj), indent=1, sort_keys=True)
     if path:
         with open(path + ".tmp", "w") as f:
             f.write(text)

@@ -31,6 +31,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import json_safe  # noqa: E402
 NATIVE_MODES = ["native", "mps", "mps_prio", "mps70"]
 XP_MODES = ["xp_lv1", "xp_lv3", "xp_mps", "xp_pass"]
 PRIORITY = {"high": 10, "medium": 5, "low": 0}
@@ -414,7 +416,7 @@ def report(args, alone, alone_runs, runs, meta):
                "runs": [{**{k: v for k, v in r.items() if k != "results"}, "results": strip(r["results"])}
                         for r in runs]}
     with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1, sort_keys=True)
+        json.dump(json_safe(summary), f, indent=1, sort_keys=True)
     md = markdown(rows, meta)
     with open(os.path.join(args.out_dir, "summary.md"), "w") as f:
         f.write(md)

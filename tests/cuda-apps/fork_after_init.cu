@@ -47,7 +47,7 @@ int main() {
     while (!stop.load()) {
       add_all<<<blocks_for(N), 256, 0, t>>>(b, N, 1);
       launched++;
-      if (launched % 64 == 0) CK(cudaStreamSynchronize(t));
+      if (launched % 16 == 0) CK(cudaStreamSynchronize(t));
     }
     CK(cudaStreamSynchronize(t));
     CK(cudaStreamDestroy(t));
@@ -64,6 +64,16 @@ int main() {
     if (round == 4) {
       stop = true;
       launcher.join();
+    }
+    // While the launcher runs, fork only after it made progress since the last fork, so every
+    // fork lands among its launches (a fork is much quicker than a launch burst otherwise).
+    if (!use_exit) {
+      long seen = launched.load();
+      double tw = now_s();
+      while (launched.load() < seen + 8 && now_s() - tw < 10) std::this_thread::yield();
+      char pname[64];
+      snprintf(pname, sizeof pname, "launcher_progress_before_fork_%d", round);
+      check(launched.load() >= seen + 8, pname, "the launcher thread made no progress in 10 s");
     }
     // Queue long work before forking: it must complete normally in the parent.
     spin(s, 30.0);
