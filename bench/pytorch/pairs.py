@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""Real PyTorch pairs on one GPU, in one run: each program alone, then together under every
+sharing mode, with inference latency and training throughput normalized to alone.
+
+Groups (--groups):
+  pair   GPU-bound inference (ResNet-50, CUDA graph, batch 96, ~40 % busy, Poisson) at high
+         priority against ResNet-50 training at low priority.
+  trio   three processes at three priorities: the pair plus a medium-priority GPT-2 decoder step.
+  eager  the launch-bound sanity case: eager ResNet-50 batch 1 against the same training.
+
+Modes (--modes): alone (always), native (time-sliced), mps, mps_prio (CUDA_MPS_CLIENT_PRIORITY=1
+on the trainer: below normal), mps70 (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=70 on the trainer), and,
+with --xpreempt-bin / $XPREEMPT_BIN: xp_lv1, xp_lv3, xp_mps (daemon with --mps), xp_pass
+(--pass-through), each under a private `xpreempt daemon`. MPS runs use private pipe/log dirs.
+
+Goal (issue 10): inference p99 <= 1.2 x alone and training >= 0.9 x (1 - u) of alone, u being the
+fraction of the time the inference alone keeps the GPU busy.
+
+Writes to --out-dir: summary.json, summary.md, cdf-<group>.png, and raw/ (every process's JSON
+and log).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import json_safe  # noqa: E402
+NATIVE_MODES = ["native", "mps", "mps_prio", "mps70"]
+XP_MODES = ["xp_lv1", "xp_lv3", "xp_mps", "xp_pass"]
+PRIORITY = {"high": 10, "medium": 5, "low": 0}
+XP_RUN_ARGS = {"xp_lv1": ["--level", "1"], "xp_lv3": ["--level", "3"], "xp_mps": ["--level", "1"],
+               "xp_pass": ["--pass-through"]}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="pair group, 5 s windows, fewer modes (~2 min)")
+    p.add_argument("--duration", type=float, help="measured window per scenario, s (default 20, quick 5)")
+    p.add_argument("--groups", help="comma list of pair,trio,eager (default all; quick: pair)")
+    p.add_argument("--modes", help="comma list (default: native,mps,mps_prio,mps70 [+ xp modes]; "
+                                   "quick: native,mps,mps_prio [+ xp_lv1,xp_pass])")
+    p.add_argument("--xpreempt-bin", default=os.environ.get("XPREEMPT_BIN"))
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--out-dir", default="pairs-results")
+    p.add_argument("--infer-batch", type=int, default=96)
+    p.add_argument("--util", type=float, default=0.4, help="target busy fraction of the high inference")
+    p.add_argument("--medium-util", type=float, default=0.15)
+    p.add_argument("--eager-util", type=float, default=0.25,
+                   help="eager batch 1 is CPU-bound and its service time varies: keep it well below saturation")
+    p.add_argument("--train-model", default="resnet50")
+    p.add_argument("--train-batch", type=int, default=256)
+    p.add_argument("--startup-timeout", type=float, default=240.0)
+    p.add_argument("--from-raw", metavar="DIR",
+                   help="run nothing: rebuild summary.json/.md and the plots from an earlier run's raw/ folder")
+    return p.parse_args()
+
+
+class Env:
+    """One scenario's sharing infrastructure: a private MPS control daemon and/or xpreempt daemon."""
+
+    def __init__(self, mode, tmp, xp_bin, log_dir):
+        self.mode, self.tmp, self.xp_bin, self.log_dir = mode, tmp, xp_bin, log_dir
+        self.base = dict(os.environ)
+        self.mps_dir = None
+        self.daemon = None
+
+    def __enter__(self):
+        if self.mode in ("mps", "mps_prio", "mps70"):
+            self.mps_dir = tempfile.mkdtemp(prefix="mps-", dir=self.tmp)
+            for d in ("pipe", "log"):
+                os.makedirs(os.path.join(self.mps_dir, d))
+            self.base["CUDA_MPS_PIPE_DIRECTORY"] = os.path.join(self.mps_dir, "pipe")
+            self.base["CUDA_MPS_LOG_DIRECTORY"] = os.path.join(self.mps_dir, "log")
+            subprocess.run(["nvidia-cuda-mps-control", "-d"], env=self.base, check=True)
+        if self.mode.startswith("xp_"):
+            sock = os.path.join(self.tmp, f"xp-{self.mode}.sock")
+            self.base["XPREEMPT_SOCKET"] = sock
+            cmd = [self.xp_bin, "daemon", "--socket", sock] + (["--mps"] if self.mode == "xp_mps" else [])
+            log = open(os.path.join(self.log_dir, f"daemon-{self.mode}.log"), "w")
+            self.daemon = subprocess.Popen(cmd, env=self.base, stdout=log, stderr=subprocess.STDOUT)
+            t0 = time.time()
+            while not os.path.exists(sock):
+                if self.daemon.poll() is not None or time.time() - t0 > 20:
+                    raise RuntimeError(f"xpreempt daemon did not start (see daemon-{self.mode}.log)")
+                time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc):
+        if self.daemon is not None:
+            stop_process(self.daemon, 20)
+        if self.mps_dir:
+            pid_file = os.path.join(self.base["CUDA_MPS_PIPE_DIRECTORY"], "nvidia-cuda-mps-control.pid")
+            pid = None
+            try:
+                pid = int(open(pid_file).read().strip())
+            except (OSError, ValueError):
+                pass
+            subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n", env=self.base, check=False)
+            t0 = time.time()
+            while pid and time.time() - t0 < 20:
+                try:
+                    os.kill(pid, 0)
+                except OSError:
+                    break
+                time.sleep(0.1)
+            shutil.rmtree(self.mps_dir, ignore_errors=True)
+        return False
+
+    def process_env(self, role):
+        env = dict(self.base)
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.mode == "mps_prio" and role == "low":
+            env["CUDA_MPS_CLIENT_PRIORITY"] = "1"  # below normal; the others stay at 0 (normal)
+        if self.mode == "mps70" and role == "low":
+            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = "70"
+        return env
+
+    def prefix(self, role):
+        if not self.mode.startswith("xp_"):
+            return []
+        return [self.xp_bin, "run", "--priority", str(PRIORITY[role])] + XP_RUN_ARGS[self.mode] + ["--"]
+
+
+def stop_process(proc, timeout):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.raw = os.path.join(args.out_dir, "raw")
+        os.makedirs(self.raw, exist_ok=True)
+        self.tmp = tempfile.mkdtemp(prefix="pairs-")
+        self.rates = {}
+
+    def spawn(self, env, name, role, program, extra):
+        out = os.path.join(self.raw, f"{name}.json")
+        ready = os.path.join(self.tmp, f"{name}.ready")
+        for f in (out, ready):
+            if os.path.exists(f):
+                os.remove(f)
+        cmd = env.prefix(role) + [self.args.python, os.path.join(HERE, program), "--out", out,
+                                  "--ready-file", ready, "--tag", name] + extra
+        log = open(os.path.join(self.raw, f"{name}.log"), "w")
+        log.write(" ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, env=env.process_env(role), stdout=log, stderr=subprocess.STDOUT, cwd=HERE)
+        return {"name": name, "role": role, "proc": proc, "out": out, "ready": ready, "cmd": cmd}
+
+    def infer_args(self, kind):
+        a = self.args
+        if kind == "high":
+            extra = ["--model", "resnet50", "--batch", str(a.infer_batch)]
+            util = a.util
+        elif kind == "eager":
+            extra = ["--model", "resnet50-eager", "--batch", "1"]
+            util = a.eager_util
+        else:  # medium
+            extra = ["--model", "gpt2", "--batch", "8", "--seq", "256"]
+            util = a.medium_util
+        rate = self.rates.get(kind)
+        extra += ["--rate", str(rate)] if rate else ["--util", str(util)]
+        return extra
+
+    def train_args(self):
+        a = self.args
+        return ["--model", a.train_model, "--batch", str(a.train_batch), "--duration", str(a.duration * 4 + 600)]
+
+    def wait_ready(self, procs):
+        t0 = time.time()
+        while not all(os.path.exists(p["ready"]) for p in procs):
+            dead = [p["name"] for p in procs if p["proc"].poll() is not None]
+            if dead or time.time() - t0 > self.args.startup_timeout:
+                raise RuntimeError(f"not ready: {dead or 'timeout'}")
+            time.sleep(0.05)
+
+    def run(self, group, mode, members):
+        """members: list of (role, kind) with kind in high/medium/eager/train. The first infer
+        member measures; the others run until it is done."""
+        tag = f"{group}-{mode}"
+        print(f"== {tag}", flush=True)
+        procs = []
+        t0 = time.time()
+        with Env(mode, self.tmp, self.args.xpreempt_bin, self.raw) as env:
+            try:
+                measuring_role, measuring_kind = members[0]
+                for role, kind in members[1:]:
+                    name = f"{tag}-{kind}"
+                    if kind == "train":
+                        procs.append(self.spawn(env, name, role, "train.py", self.train_args()))
+                    else:  # runs past the measured window; stopped with SIGTERM
+                        extra = self.infer_args(kind) + ["--duration", str(self.args.duration * 3 + 60)]
+                        procs.append(self.spawn(env, name, role, "infer.py", extra))
+                name = f"{tag}-{measuring_kind}"
+                if measuring_kind == "train":  # training alone: a fixed window after warmup
+                    m = self.spawn(env, name, measuring_role, "train.py", self.train_args())
+                    procs.append(m)
+                    self.wait_ready([m])
+                    time.sleep(self.args.duration)
+                else:
+                    extra = self.infer_args(measuring_kind) + ["--duration", str(self.args.duration)]
+                    for p in procs:
+                        extra += ["--start-after", p["ready"]]
+                    m = self.spawn(env, name, measuring_role, "infer.py", extra)
+                    procs.append(m)
+                    limit = self.args.startup_timeout + self.args.duration + 60
+                    try:
+                        m["proc"].wait(limit)
+                    except subprocess.TimeoutExpired:
+                        print(f"  {name} did not finish in {limit:.0f} s", flush=True)
+            except RuntimeError as e:
+                print(f"  {tag}: {e}", flush=True)
+            finally:
+                for p in procs:
+                    stop_process(p["proc"], 120)
+        results = {}
+        for p in procs:
+            kind = p["name"].rsplit("-", 1)[1]
+            try:
+                with open(p["out"]) as f:
+                    results[kind] = json.load(f)
+            except (OSError, ValueError):
+                results[kind] = {"error": f"no result (exit {p['proc'].returncode}); see raw/{p['name']}.log"}
+            results[kind]["exit_code"] = p["proc"].returncode
+        print(f"   {time.time() - t0:.0f} s", flush=True)
+        return {"group": group, "mode": mode, "measuring": members[0][1], "results": results}
+
+
+def window_rate(train, t0, t1):
+    """Training steps/s inside [t0, t1], from the step completion times."""
+    ends, idx = train.get("step_end") or [], train.get("step_index") or []
+    inside = [(t, k) for t, k in zip(ends, idx) if t0 <= t <= t1]
+    if len(inside) < 2:
+        return None
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
+
+def summarize(runs, alone):
+    """Adds normalized metrics and goal checks to every shared run."""
+    rows = []
+    train_alone = alone.get("train")
+    train_ref = None
+    if train_alone and "step_end" in train_alone:
+        train_ref = window_rate(train_alone, train_alone["t_ready"], train_alone["t_stop"])
+    for r in runs:
+        res = r["results"]
+        m = res.get(r["measuring"], {})
+        ref = alone.get(r["measuring"], {})
+        mode = r["mode"] if r["mode"] != "alone" else f"alone ({r['measuring']})"
+        row = {"group": r["group"], "mode": mode, "measuring": r["measuring"]}
+        if "latency" in m:
+            row.update({"p50_ms": m["latency"]["p50_ms"], "p99_ms": m["latency"]["p99_ms"],
+                        "p999_ms": m["latency"]["p999_ms"], "mean_ms": m["latency"]["mean_ms"],
+                        "count": m["latency"]["count"], "u": m.get("u")})
+            row.update({"svc_p50_ms": m["service"]["p50_ms"], "svc_p99_ms": m["service"]["p99_ms"]})
+            if "latency" in ref:
+                row["p50_x"] = m["latency"]["p50_ms"] / ref["latency"]["p50_ms"]
+                row["p99_x"] = m["latency"]["p99_ms"] / ref["latency"]["p99_ms"]
+                row["svc_p50_x"] = m["service"]["p50_ms"] / ref["service"]["p50_ms"]
+                row["svc_p99_x"] = m["service"]["p99_ms"] / ref["service"]["p99_ms"]
+                row["u_alone"] = ref.get("u")
+                row["outputs_equal_alone"] = m.get("output_sha256") == ref.get("output_sha256")
+        elif "steps_per_s_after_warmup" in m:
+            row["train_steps_per_s"] = train_ref
+        if "medium" in res and r["measuring"] != "medium" and "latency" in res["medium"]:
+            med, mref = res["medium"], alone.get("medium", {})
+            row["medium_p99_ms"] = med["latency"]["p99_ms"]
+            if "latency" in mref:
+                row["medium_p99_x"] = med["latency"]["p99_ms"] / mref["latency"]["p99_ms"]
+        tr = res.get("train")
+        if tr and "step_end" in tr and "t_start" in m and r["measuring"] != "train":
+            rate = window_rate(tr, m["t_start"], m["t_end"])
+            row["train_steps_per_s"] = rate
+            if rate and train_ref:
+                row["train_x"] = rate / train_ref
+            row["weights_equal_alone"] = (train_alone or {}).get("weights_sha256") == tr.get("weights_sha256")
+            row["train_loss_at_check"] = tr.get("loss_at_check")
+        if "p99_x" in row and "train_x" in row and row.get("u_alone") is not None:
+            row["goal_latency"] = row["p99_x"] <= 1.2
+            row["goal_latency_service"] = row["svc_p99_x"] <= 1.2
+            row["goal_train"] = row["train_x"] >= 0.9 * (1 - row["u_alone"])
+            row["goal"] = row["goal_latency"] and row["goal_train"]
+        rows.append(row)
+    return rows
+
+
+def fmt(v, spec=".2f"):
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "**no**"
+    return format(v, spec)
+
+
+def markdown(rows, meta):
+    out = [f"# PyTorch pairs: {meta['device']} ({meta['date']})", "",
+           f"Command: `{meta['command']}`", "",
+           f"torch {meta.get('torch')}, window {meta['duration']} s per scenario, inference target u "
+           f"{meta['util']}, training {meta['train_model']} batch {meta['train_batch']}.", "",
+           "Latency counts from the request's (Poisson) arrival, so queueing behind slow requests counts;"
+           " service = request start to completion. Goals (issue 10): p99 ≤ 1.2× alone, training ≥ 0.9 × (1 − u)"
+           " of alone.", "",
+           "| group | mode | p50 ms | p99 ms | p50/alone | p99/alone | service p50 ms | service p99 ms "
+           "| service p99/alone | train steps/s | train/alone | u (alone) | goal p99 | goal service p99 "
+           "| goal train | weights = alone | outputs = alone | medium p99/alone |",
+           "|" + "---|" * 18]
+    for r in rows:
+        out.append("| " + " | ".join([
+            r["group"], r["mode"], fmt(r.get("p50_ms"), ".2f"), fmt(r.get("p99_ms"), ".2f"),
+            fmt(r.get("p50_x")), fmt(r.get("p99_x")), fmt(r.get("svc_p50_ms"), ".2f"),
+            fmt(r.get("svc_p99_ms"), ".2f"), fmt(r.get("svc_p99_x")), fmt(r.get("train_steps_per_s"), ".3f"),
+            fmt(r.get("train_x")), fmt(r.get("u_alone", r.get("u")), ".3f"), fmt(r.get("goal_latency")),
+            fmt(r.get("goal_latency_service")), fmt(r.get("goal_train")), fmt(r.get("weights_equal_alone")),
+            fmt(r.get("outputs_equal_alone")), fmt(r.get("medium_p99_x"))]) + " |")
+    return "\n".join(out) + "\n"
+
+
+def plot(runs, alone_runs, out_dir):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plots", flush=True)
+        return []
+    files = []
+    for group in sorted({r["group"] for r in runs}):
+        fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+        series = [("alone", a) for a in alone_runs if a["group"] == group and a["measuring"] != "train"]
+        series += [(r["mode"], r) for r in runs if r["group"] == group]
+        for ax, key, what in ((axes[0], "latencies_ms", "latency from arrival"),
+                              (axes[1], "services_ms", "service time (start to done)")):
+            for label, r in series:
+                lat = r["results"].get(r["measuring"], {}).get(key)
+                if not lat:
+                    continue
+                lat = sorted(lat)
+                ax.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], label=label)
+            ax.set_xscale("log")
+            ax.set_xlabel(f"request {what} (ms)")
+            ax.set_title(f"{group}: high-priority inference, {what}")
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0].set_ylabel("fraction of requests")
+        axes[1].legend()
+        path = os.path.join(out_dir, f"cdf-{group}.png")
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        files.append(path)
+    return files
+
+
+GROUP_MEMBERS = {
+    "pair": [("high", "high"), ("low", "train")],
+    "trio": [("high", "high"), ("medium", "medium"), ("low", "train")],
+    "eager": [("high", "eager"), ("low", "train")],
+}
+
+
+def strip(result):
+    """A run's results without the per-request and per-step lists (they stay in raw/)."""
+    return {k: {f: v for f, v in r.items() if f not in ("latencies_ms", "services_ms", "step_end", "step_index")}
+            for k, r in result.items()}
+
+
+def load_raw(raw):
+    """Runs (alone and shared) rebuilt from raw/<group>-<mode>-<kind>.json file names."""
+    alone, alone_runs, runs, by_key = {}, [], [], {}
+    for f in sorted(os.listdir(raw)):
+        if not f.endswith(".json"):
+            continue
+        group, rest = f[:-5].split("-", 1)
+        mode, kind = rest.rsplit("-", 1)
+        with open(os.path.join(raw, f)) as fh:
+            by_key.setdefault((group, mode), {})[kind] = json.load(fh)
+    for (group, mode), results in sorted(by_key.items()):
+        if mode == "alone":
+            for kind, res in results.items():
+                alone[kind] = res
+                alone_runs.append({"group": group, "mode": mode, "measuring": kind, "results": {kind: res}})
+        else:
+            runs.append({"group": group, "mode": mode, "measuring": GROUP_MEMBERS[group][0][1], "results": results})
+    order = {m: i for i, m in enumerate(NATIVE_MODES + XP_MODES)}
+    groups = {g: i for i, g in enumerate(GROUP_MEMBERS)}
+    runs.sort(key=lambda r: (groups.get(r["group"], 9), order.get(r["mode"], 99)))
+    alone_runs.sort(key=lambda r: (groups.get(r["group"], 9), r["measuring"] == "train"))
+    return alone, alone_runs, runs
+
+
+def report(args, alone, alone_runs, runs, meta):
+    rows = summarize(alone_runs + runs, alone)
+    first = alone.get("high", {})
+    meta.update({"device": first.get("device", "?"), "torch": first.get("torch"),
+                 "train_model": args.train_model, "train_batch": args.train_batch, "util": args.util})
+    try:
+        meta["nvidia_smi"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,compute_mode", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    summary = {"meta": meta, "rows": rows, "alone": {r["measuring"]: strip(r["results"]) for r in alone_runs},
+               "runs": [{**{k: v for k, v in r.items() if k != "results"}, "results": strip(r["results"])}
+                        for r in runs]}
+    with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
+        json.dump(json_safe(summary), f, indent=1, sort_keys=True)
+    md = markdown(rows, meta)
+    with open(os.path.join(args.out_dir, "summary.md"), "w") as f:
+        f.write(md)
+    plot(runs, alone_runs, args.out_dir)
+    print(md)
+
+
+def main():
+    args = parse_args()
+    command = " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])
+    if args.from_raw:
+        os.makedirs(args.out_dir, exist_ok=True)
+        alone, alone_runs, runs = load_raw(args.from_raw)
+        first = alone.get("high", {})
+        report(args, alone, alone_runs, runs, {
+            "date": "see raw/", "command": command,
+            "duration": (first.get("args") or {}).get("duration"), "rebuilt_from_raw": True})
+        return
+    if args.duration is None:
+        args.duration = 5.0 if args.quick else 20.0
+    groups = (args.groups or ("pair" if args.quick else "pair,trio,eager")).split(",")
+    xp = XP_MODES if args.xpreempt_bin else []
+    if args.modes:
+        wanted = args.modes.split(",")
+    elif args.quick:
+        wanted = ["native", "mps", "mps_prio"] + (["xp_lv1", "xp_pass"] if xp else [])
+    else:
+        wanted = NATIVE_MODES + xp
+    unknown = [m for m in wanted if m not in NATIVE_MODES + XP_MODES]
+    if unknown or (any(m in XP_MODES for m in wanted) and not args.xpreempt_bin):
+        sys.exit(f"modes {unknown or wanted}: unknown, or xpreempt modes without --xpreempt-bin")
+    group_modes = {"pair": wanted,
+                   "trio": [m for m in wanted if m in ["native", "mps_prio"] + XP_MODES],
+                   "eager": [m for m in wanted if m in ["native", "mps_prio"] + XP_MODES]}
+    os.makedirs(args.out_dir, exist_ok=True)
+    runner = Runner(args)
+    started = time.time()
+    alone, alone_runs, runs = {}, [], []
+
+    def run_alone(group, role, kind):
+        r = runner.run(group, "alone", [(role, kind)])
+        alone_runs.append(r)
+        res = r["results"].get(kind, {})
+        alone[kind] = res
+        if "rate_per_s" in res:
+            runner.rates[kind] = res["rate_per_s"]
+
+    run_alone("pair", "high", "high")
+    run_alone("pair", "low", "train")
+    for group in groups:
+        if group == "trio":
+            run_alone("trio", "medium", "medium")
+        if group == "eager":
+            run_alone("eager", "high", "eager")
+        for mode in group_modes[group]:
+            runs.append(runner.run(group, mode, GROUP_MEMBERS[group]))
+
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": command,
+            "duration": args.duration, "xpreempt_bin": args.xpreempt_bin, "groups": groups,
+            "elapsed_s": round(time.time() - started, 1)}
+    report(args, alone, alone_runs, runs, meta)
+    print(f"elapsed {meta['elapsed_s']} s; results in {args.out_dir}")
+    shutil.rmtree(runner.tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
