@@ -104,6 +104,9 @@ pub fn new_event() -> Result<Handle, CUresult> {
 
 /// (offset, size) of each parameter of a kernel, from the driver.
 pub fn param_layout(f: Handle) -> Option<Vec<(usize, usize)>> {
+    // A CUkernel (from cuLibraryGetKernel) may be launched as a CUfunction; the function query
+    // may then see no parameters, so an empty answer is checked with the kernel query.
+    let mut empty = false;
     for query in [cuFuncGetParamInfo, cuKernelGetParamInfo] {
         let mut out = Vec::new();
         loop {
@@ -111,7 +114,11 @@ pub fn param_layout(f: Handle) -> Option<Vec<(usize, usize)>> {
             match query(f, out.len(), &mut off, &mut size) {
                 SUCCESS => out.push((off, size)),
                 // Past the last parameter.
-                ERROR_INVALID_VALUE => return Some(out),
+                ERROR_INVALID_VALUE if !out.is_empty() => return Some(out),
+                ERROR_INVALID_VALUE => {
+                    empty = true;
+                    break;
+                }
                 _ => break,
             }
             if out.len() > 4096 {
@@ -119,7 +126,7 @@ pub fn param_layout(f: Handle) -> Option<Vec<(usize, usize)>> {
             }
         }
     }
-    None
+    empty.then(Vec::new)
 }
 
 /// Whether `stream` is being captured (a query only made while some capture is active).

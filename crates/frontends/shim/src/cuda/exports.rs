@@ -51,6 +51,14 @@ macro_rules! forward {
             call_real!(real, $($a),*)
         }
     };
+    ($name:ident($($a:ident),*) teardown) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
+            let real = real!($name);
+            let _ = std::panic::catch_unwind(streams::forget_all);
+            call_real!(real, $($a),*)
+        }
+    };
     ($name:ident($($a:ident),*) drain_all) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
@@ -152,10 +160,11 @@ forward!(cuMemFree_v2(a) drain_all);
 forward!(cuMemFreeHost(a) drain_all);
 forward!(cuModuleUnload(a) drain_all);
 forward!(cuLibraryUnload(a) drain_all);
-forward!(cuCtxDestroy_v2(a) drain_all);
-forward!(cuDevicePrimaryCtxRelease_v2(a) drain_all);
-forward!(cuDevicePrimaryCtxReset_v2(a) drain_all);
 forward!(cuCtxSynchronize() drain_all);
+forward!(cuCtxSynchronize_v2(c) drain_all);
+forward!(cuCtxDestroy_v2(a) teardown);
+forward!(cuDevicePrimaryCtxRelease_v2(a) teardown);
+forward!(cuDevicePrimaryCtxReset_v2(a) teardown);
 
 // ---- launches: through the stream's XQueue ----
 
@@ -330,7 +339,10 @@ macro_rules! begin_capture {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(s: usize, $($a: usize),*) -> CUresult {
             let real = real!($name);
-            let _ = std::panic::catch_unwind(|| streams::before_direct(s as Handle, $p));
+            let _ = std::panic::catch_unwind(|| {
+                streams::before_direct(s as Handle, $p);
+                streams::quiesce();
+            });
             CAPTURES.fetch_add(1, Ordering::SeqCst);
             let r = call_real!(real, s, $($a),*);
             if r != SUCCESS {

@@ -59,7 +59,7 @@ impl Settings {
         } else {
             LOW_WINDOW
         });
-        (threshold, (threshold / 4).clamp(1, 16))
+        (threshold, (threshold / 4).clamp(1, 64))
     }
 }
 
@@ -94,7 +94,7 @@ mod tests {
         assert!(s.intercept);
         assert_eq!(
             (s.priority, s.level, s.window()),
-            (10, Level::Lv3, (1024, 16))
+            (10, Level::Lv3, (1024, 64))
         );
         assert_eq!(s.chaos, Some((7, 200)));
         let s = Settings::parse(env(&[("XPREEMPT_WINDOW", "2"), ("XPREEMPT_CHAOS", "x")]));

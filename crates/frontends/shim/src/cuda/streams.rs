@@ -70,6 +70,10 @@ extern "C" fn in_forked_child() {
 }
 
 extern "C" fn at_exit() {
+    if OFF.load(Ordering::SeqCst) {
+        // A forked child (the queues and their threads are the parent's), or already drained.
+        return;
+    }
     // Whatever the scheduler holds back goes out before libcuda's own exit handlers run.
     super::chaos::stop();
     for q in all() {
@@ -212,6 +216,39 @@ pub fn forget(stream: Handle) {
         if let Some(Some(a)) = AGENT.get() {
             a.remove(Preemptible::queue_id(&*q.xq));
         }
+    }
+}
+
+/// Before a context goes away: every queue's work goes out and completes, and the queues (their
+/// events, their watchers) leave before the driver frees what they use.
+pub fn forget_all() {
+    if !active() {
+        return;
+    }
+    let gone: Vec<Arc<StreamQueue>> = queues()
+        .as_mut()
+        .map(|m| m.drain().filter_map(|(_, q)| q).collect())
+        .unwrap_or_default();
+    for q in gone {
+        q.xq.wait_launched();
+        if let Err(e) = q.xq.wait_all() {
+            shim_log!("waiting for a stream before its context goes: {e}");
+        }
+        if let Some(Some(a)) = AGENT.get() {
+            a.remove(Preemptible::queue_id(&*q.xq));
+        }
+    }
+}
+
+/// Before a stream capture begins: nothing of the process is in flight, so no completion
+/// watcher touches the driver while the capture runs.
+pub fn quiesce() {
+    if !active() {
+        return;
+    }
+    for q in all() {
+        q.xq.wait_launched();
+        let _ = q.xq.wait_all();
     }
 }
 
