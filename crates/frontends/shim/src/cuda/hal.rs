@@ -8,6 +8,9 @@ use std::sync::Mutex;
 use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, Level, Op, Seq};
 
+/// How often the completion watcher looks at a sync event it waits for.
+const POLL: std::time::Duration = std::time::Duration::from_micros(20);
+
 /// A driver call held until the queue may run; it returns the driver's status.
 pub struct Deferred(Option<Box<dyn FnOnce() -> CUresult + Send>>);
 
@@ -199,9 +202,14 @@ impl HwQueue for StreamHal {
                 }
             };
             // Waiting without the lock; a reaped and re-recorded event only ends the wait later.
-            match driver::cuEventSynchronize(ev) {
-                SUCCESS => {}
-                e => return Err(backend("cuEventSynchronize", e)),
+            // Polled with short sleeps instead of cuEventSynchronize: a thread spinning inside
+            // libcuda next to the application's launching thread slows its launches.
+            loop {
+                match driver::cuEventQuery(ev) {
+                    SUCCESS => break,
+                    driver::ERROR_NOT_READY => std::thread::sleep(POLL),
+                    e => return Err(backend("cuEventQuery", e)),
+                }
             }
         }
     }
