@@ -183,6 +183,18 @@ unsafe fn params(p: u64, size: u32, max: usize) -> Vec<u8> {
     unsafe { std::slice::from_raw_parts(p as *const u8, n) }.to_vec()
 }
 
+/// A control's params (none when it declares none).
+///
+/// # Safety
+/// `c.p_params` points to `c.params_size` readable bytes.
+unsafe fn control_params(c: &ControlSeen) -> Vec<u8> {
+    if c.params_size == 0 {
+        return Vec::new();
+    }
+    // SAFETY: see the function's contract.
+    unsafe { params(c.p_params, c.params_size, CONTROL_PARAMS_READ) }
+}
+
 /// Before libcuda's RM_CONTROL reaches the driver: rewrites its SET_TIMESLICE, or holds back
 /// its GPFIFO_SCHEDULE(1) until `schedule` admits the group (bounded).
 ///
@@ -197,7 +209,7 @@ pub unsafe fn before(arg: *mut u8) -> Pre {
         return Pre::Nothing;
     }
     // SAFETY: libcuda's params of params_size bytes.
-    let p = unsafe { params(c.p_params, c.params_size, CONTROL_PARAMS_READ) };
+    let p = unsafe { control_params(&c) };
     let before = tracker().before_control(&c, &p);
     match before {
         Before::Pass => Pre::Nothing,
@@ -231,13 +243,14 @@ pub unsafe fn after(fd: c_int, request: u64, arg: *mut u8, pre: Pre) {
             );
         }
     }
+    let recording = log_level() >= 3;
     let owned;
     let call = if let Some(c) = control {
-        if !Tracker::watches_control(c.cmd) {
+        if !Tracker::watches_control(c.cmd) && !recording {
             return;
         }
         // SAFETY: libcuda's params, still valid.
-        owned = unsafe { params(c.p_params, c.params_size, CONTROL_PARAMS_READ) };
+        owned = unsafe { control_params(&c) };
         Call::Control {
             fd,
             c,
@@ -265,7 +278,7 @@ pub unsafe fn after(fd: c_int, request: u64, arg: *mut u8, pre: Pre) {
     } else {
         return;
     };
-    if log_level() >= 3 {
+    if recording {
         let size = decode(request).size as usize;
         // SAFETY: the argument is `size` bytes.
         let bytes = unsafe { std::slice::from_raw_parts(arg as *const u8, size) };
