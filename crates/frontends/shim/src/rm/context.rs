@@ -234,7 +234,11 @@ impl Tracker {
             });
             return vec![Event::GroupCreated(key)];
         }
-        // Whatever is allocated right under a channel group is one of its channels.
+        // A GPFIFO channel (class 0x..6F: 0xC86F on Hopper) allocated under a channel group is
+        // one of its channels (libcuda also puts a context-share object, 0x9067, there).
+        if a.h_class & 0xff != 0x6f {
+            return Vec::new();
+        }
         if let Some(g) = self
             .groups
             .iter_mut()

@@ -19,7 +19,8 @@ fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
 pub(super) fn replay(t: &mut Tracker, text: &str) -> Vec<(Vec<Event>, Option<Before>)> {
     let mut out = Vec::new();
     for line in text.lines().map(str::trim) {
-        let Some(rest) = line.strip_prefix("rm-rec ") else {
+        // As the shim logs it: `xpreempt-shim: rm-rec …`.
+        let Some(rest) = line.find("rm-rec ").map(|at| &line[at + 7..]) else {
             continue;
         };
         let kind = rest.split_whitespace().next().unwrap();
@@ -262,4 +263,67 @@ fn freeing_the_group_its_device_or_its_client_destroys_it_once() {
     let failed = line_control(C, 0x5c00_0101, CMD_GET_WORK_SUBMIT_TOKEN, &[0; 4], 0x1f);
     assert!(replay(&mut t, &failed)[0].0.is_empty());
     assert_eq!(t.forget_fd(7).len(), 1);
+}
+
+/// A real recording: one context created by libcuda 580.159.04 on an H100 (`spin.cu` under
+/// `XPREEMPT_SHIM_LOG=3`, bench/rm-hooks/run.sh), every RM call the hooks saw, in order.
+const H100_CONTEXT: &str = include_str!("fixtures/h100-580.159.04-context.rec");
+
+#[test]
+fn a_real_libcuda_context_yields_one_compute_group_its_eight_channels_and_their_tokens() {
+    let mut t = Tracker::new();
+    let out = replay(&mut t, H100_CONTEXT);
+    let events: Vec<Event> = out.iter().flat_map(|(e, _)| e.clone()).collect();
+    let created: Vec<GroupKey> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::GroupCreated(k) => Some(*k),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        created.len(),
+        1,
+        "three copy-engine groups are not compute groups"
+    );
+    let key = created[0];
+    assert_eq!(key.h_object, 0x5c00_0015);
+    let tokens: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ChannelToken { group, token } if *group == key => Some(*token),
+            _ => None,
+        })
+        .collect();
+    // Runlist 0, channels 10..=17: one token per channel, asked once, at creation.
+    assert_eq!(tokens, (0x0a..=0x11).collect::<Vec<u32>>());
+    assert!(events.contains(&Event::GroupEnabled(key)));
+    let g = t.group(key).unwrap();
+    assert_eq!(
+        g.channels.len(),
+        8,
+        "the context-share object is not a channel"
+    );
+    assert_eq!(g.device, 0);
+    // libcuda enabled the group after its channels, and set its timeslice (2048 us) last.
+    let befores: Vec<Before> = out
+        .iter()
+        .filter_map(|(_, b)| *b)
+        .filter(|b| *b != Before::Pass)
+        .collect();
+    assert_eq!(befores, vec![Before::Admit(key)]);
+    let mut decided = Tracker::new();
+    let mut first = true;
+    for line in H100_CONTEXT.lines() {
+        let r = replay(&mut decided, line);
+        if first && decided.group(key).is_some() {
+            decided.group_mut(key).unwrap().timeslice_us = Some(10_000);
+            first = false;
+        }
+        if let Some((_, Some(Before::RewriteTimeslice { from, to, .. }))) = r.first() {
+            assert_eq!((*from, *to), (2048, 10_000));
+            return;
+        }
+    }
+    panic!("libcuda's SET_TIMESLICE was not seen");
 }

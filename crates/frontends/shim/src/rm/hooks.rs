@@ -234,13 +234,10 @@ pub unsafe fn before(arg: *mut u8) -> Pre {
 pub unsafe fn after(fd: c_int, request: u64, arg: *mut u8, pre: Pre) {
     let control = unsafe { read_control(request, arg) };
     if let Pre::Rewrote { params, from, to } = pre {
-        let status = control.map_or(u32::MAX, |c| c.status);
         // SAFETY: the same params `before` wrote.
         unsafe { std::ptr::write_unaligned(params, from) };
-        if log_level() >= 1 || status != NV_OK {
-            shim_log!(
-                "libcuda's SET_TIMESLICE {from} us sent as the policy's {to} us: status {status:#x}"
-            );
+        if let Some(c) = control {
+            rewritten(fd, &c, arg, from, to);
         }
     }
     let recording = log_level() >= 3;
@@ -287,6 +284,28 @@ pub unsafe fn after(fd: c_int, request: u64, arg: *mut u8, pre: Pre) {
     let events = tracker().after(call);
     for e in events {
         handle(e);
+    }
+}
+
+/// libcuda's SET_TIMESLICE went to the driver with the policy's value. If the driver refused
+/// it, libcuda's own value is sent instead and, if that is taken, libcuda sees success: a
+/// policy never makes libcuda's call fail.
+fn rewritten(fd: c_int, c: &ControlSeen, arg: *mut u8, from: u64, to: u64) {
+    if c.status == NV_OK {
+        if log_level() >= 1 {
+            shim_log!("libcuda's SET_TIMESLICE {from} us sent as the policy's {to} us: OK");
+        }
+        return;
+    }
+    let retry = controls::set_timeslice(fd, c.h_client, c.h_object, from);
+    shim_log!(
+        "libcuda's SET_TIMESLICE sent as the policy's {to} us: RM status {:#x}; its own {from} us sent again: {}",
+        c.status,
+        retry.map_or_else(|e| e.to_string(), |()| "OK".into())
+    );
+    if retry.is_ok() {
+        // SAFETY: `arg` is libcuda's NVOS54; its status field is what libcuda reads.
+        unsafe { (*arg.cast::<Nvos54>()).status = NV_OK };
     }
 }
 
@@ -374,9 +393,11 @@ fn task_init(key: GroupKey) {
     }
     let mut applied = None;
     if let Some(us) = d.timeslice_us {
-        match controls::set_timeslice(fd, h_client, h_object, us) {
-            Ok(()) => applied = Some(us),
-            Err(e) => shim_log!("SET_TIMESLICE {us} us on tsg {tsg}: {e}; the driver's stands"),
+        // Kept as libcuda's rewrite target even if the driver refuses it now (the group may not
+        // take it yet): a refused rewrite falls back to libcuda's own value (`rewritten`).
+        applied = Some(us);
+        if let Err(e) = controls::set_timeslice(fd, h_client, h_object, us) {
+            shim_log!("SET_TIMESLICE {us} us on tsg {tsg} at creation: {e}");
         }
     }
     if let Some(level) = d.interleave
