@@ -591,9 +591,10 @@ mod tests {
         unsafe { after(key.fd, IOCTL_RM_CONTROL, arg, pre) };
         assert_eq!(value, 2048, "libcuda gets its own back");
         // Another command on the group, or a group the policy left alone, is untouched.
-        ctl.cmd = CMD_GET_TIMESLICE;
+        let set_cmd = |cmd| unsafe { (*arg.cast::<Nvos54>()).cmd = cmd };
+        set_cmd(CMD_GET_TIMESLICE);
         assert!(matches!(unsafe { before(arg) }, Pre::Nothing));
-        ctl.cmd = CMD_SET_TIMESLICE;
+        set_cmd(CMD_SET_TIMESLICE);
         tracker().group_mut(key).unwrap().timeslice_us = None;
         assert!(matches!(unsafe { before(arg) }, Pre::Nothing));
         assert_eq!(value, 2048);
