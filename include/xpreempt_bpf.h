@@ -58,6 +58,26 @@ typedef long long __s64;
 #define XP_OP_HOST_CALLBACK 5u
 #define XP_OP_BARRIER 6u
 
+/* RM hooks (the shim's, at the NVIDIA driver's own events): the "queue" is a compute channel group
+ * (TSG) of a process, and its queue_id carries the process id above bit 32, so it never equals an
+ * XQueue's id (those fit in 32 bits):
+ *   queue_id = pid << 32 | device << 24 | hardware TSG id (24 bits)
+ * task_init fires when libcuda creates the group (default_timeslice_ns: what the driver reports,
+ * default_interleave: XP_INTERLEAVE_MEDIUM, the driver's default; default_priority:
+ * XPREEMPT_PRIORITY); its timeslice_ns (rounded to microseconds) and interleave (LOW/MEDIUM/HIGH,
+ * passed to the driver's level of the same name) are applied with the driver's controls.
+ * schedule fires when libcuda enables the group (GPFIFO_SCHEDULE): pending = the group's channels,
+ * running = other groups admitted on the device; 0 delays the enable (bounded wait).
+ * work_submit fires per channel token (XP_WORK_CHANNEL) and, where launches are seen, per launch
+ * (XP_WORK_SUBMIT). task_destroy fires when the group is freed or its process goes away. */
+#define XP_IS_RM_QUEUE(id) (((id) >> 32) != 0)
+#define XP_RM_PID(id) ((__u32)((id) >> 32))
+#define XP_RM_DEVICE(id) ((__u32)(((id) >> 24) & 0xff))
+#define XP_RM_TSG(id) ((__u32)((id) & 0xffffff))
+/* A work-submit token (Ampere, Hopper): channel id in bits 11:0, runlist id in bits 22:16. */
+#define XP_RM_TOKEN_CHANNEL(t) ((__u32)((t) & 0xfff))
+#define XP_RM_TOKEN_RUNLIST(t) ((__u32)(((t) >> 16) & 0x7f))
+
 /* task_init: a queue is created. Inputs first, then outputs (the only writable bytes). */
 struct xp_task_init_ctx {
 	__u64 queue_id;
@@ -89,6 +109,7 @@ struct xp_schedule_ctx {
 /* work_submit's `event`. */
 #define XP_WORK_SUBMIT 0u /* a command was submitted; token = its sequence number */
 #define XP_WORK_COMPLETE 1u /* commands completed; token = watermark (all below it done), kind = 0 */
+#define XP_WORK_CHANNEL 2u /* RM hooks: a channel of the group got its work-submit token (token = it) */
 
 /* work_submit: a command was submitted, or a queue's commands completed up to a point. */
 struct xp_work_submit_ctx {

@@ -108,6 +108,10 @@ pub fn decode_interleave(v: u32) -> Option<Option<u32>> {
     }
 }
 
+/// `engine_type` (every channel group the RM hooks see is a compute one).
+pub const ENGINE_COMPUTE: u32 = 0;
+pub const ENGINE_COPY: u32 = 1;
+
 pub const CLASS_UNSET: u32 = 0;
 pub const CLASS_BE: u32 = 1;
 pub const CLASS_LC: u32 = 2;
@@ -158,6 +162,9 @@ pub const WORK_SUBMIT: u32 = 0;
 /// `WorkSubmitCtx::event`: commands completed (`token` is the watermark: every command below it
 /// has completed; `kind` is 0).
 pub const WORK_COMPLETE: u32 = 1;
+/// `WorkSubmitCtx::event`, RM hooks only: a channel of the group asked the driver for its
+/// work-submit token (`token` is it: runlist << 16 | channel id on Ampere and Hopper).
+pub const WORK_CHANNEL: u32 = 2;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -201,6 +208,25 @@ unsafe impl Pod for ScheduleCtx {}
 unsafe impl Pod for WorkSubmitCtx {}
 unsafe impl Pod for TaskDestroyCtx {}
 unsafe impl Pod for QueueInfoOut {}
+
+/// A hook's context: which hook it belongs to, so that a caller outside the scheduler (the RM
+/// hooks of the shim and the daemon) cannot hand a hook another hook's struct.
+pub trait HookCtx: Pod {
+    const HOOK: Hook;
+}
+
+impl HookCtx for TaskInitCtx {
+    const HOOK: Hook = Hook::TaskInit;
+}
+impl HookCtx for ScheduleCtx {
+    const HOOK: Hook = Hook::Schedule;
+}
+impl HookCtx for WorkSubmitCtx {
+    const HOOK: Hook = Hook::WorkSubmit;
+}
+impl HookCtx for TaskDestroyCtx {
+    const HOOK: Hook = Hook::TaskDestroy;
+}
 
 // No padding: the size equals the sum of the field sizes.
 const _: () = assert!(size_of::<TaskInitCtx>() == 8 + 4 * 4 + 8 + 4 * 4 + 8 + 4 * 2);

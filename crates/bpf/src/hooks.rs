@@ -13,7 +13,7 @@
 //! the error is logged and kept in [`BpfHooks::last_error`].
 
 use crate::ctx::{
-    self, Hook, Pod, QueueInfoOut, ScheduleCtx, TaskDestroyCtx, TaskInitCtx, WorkSubmitCtx,
+    self, Hook, HookCtx, Pod, QueueInfoOut, ScheduleCtx, TaskDestroyCtx, TaskInitCtx, WorkSubmitCtx,
 };
 use crate::helpers::QueueTable;
 use crate::maps::MapSnapshot;
@@ -38,6 +38,15 @@ pub struct BpfHooks {
     now: Nanos,
     stats: HookStats,
     last_error: Option<HookFailure>,
+}
+
+/// The outcome of [`BpfHooks::run_ctx`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HookRun {
+    /// A program handled the call (its outputs are in the context).
+    pub ran: bool,
+    /// A program failed during the call and was taken out (the message says which and why).
+    pub failure: Option<String>,
 }
 
 /// A program that failed at run time and was taken out.
@@ -146,6 +155,28 @@ impl BpfHooks {
                 }
             }
         })
+    }
+
+    /// Runs the hook `C` belongs to on `ctx` for a caller outside the scheduler (the RM hooks),
+    /// with the clock at `now` (it never goes back). A program that fails is taken out as
+    /// [`BpfHooks`] always does; the outcome says so, so that the caller can report it.
+    pub fn run_ctx<C: HookCtx>(&mut self, ctx: &mut C, now: Nanos) -> HookRun {
+        self.now = self.now.max(now);
+        let failures = self.stats.failures[C::HOOK.index()];
+        let ran = self.call(C::HOOK, ctx);
+        let failure = (self.stats.failures[C::HOOK.index()] > failures)
+            .then(|| self.last_error.as_ref().map(ToString::to_string))
+            .flatten();
+        HookRun { ran, failure }
+    }
+
+    /// Makes a queue known to `xp_get_queue_info` (the RM hooks' channel groups).
+    pub fn note_queue(&mut self, info: QueueInfoOut) {
+        self.queues.insert(info.queue_id, info);
+    }
+
+    pub fn forget_queue(&mut self, queue_id: u64) {
+        self.queues.remove(&queue_id);
     }
 
     fn device_of(&self, queue: QueueId) -> u32 {

@@ -9,7 +9,8 @@
 //! - [`program`] ties an object's maps and programs together;
 //! - [`hooks`] implements the scheduler's [`xpreempt_core::sched::Hooks`];
 //! - [`ctx`] holds the context structs, shared with `include/xpreempt_bpf.h`;
-//! - [`pin`] keeps an installed policy and its maps in a state directory for the CLI.
+//! - [`pin`] keeps an installed policy and its maps in a state directory for the CLI;
+//! - [`rm`] runs the hooks at the NVIDIA driver's channel-group events (the shim's RM hooks).
 
 pub mod ctx;
 pub mod elf;
@@ -18,11 +19,12 @@ pub mod hooks;
 pub mod maps;
 pub mod pin;
 pub mod program;
+pub mod rm;
 pub mod verifier;
 pub mod vm;
 
 pub use ctx::Hook;
-pub use hooks::BpfHooks;
+pub use hooks::{BpfHooks, HookRun};
 pub use program::{BpfProgram, LoadError, LoadOptions, ProgramInfo};
 pub use vm::ExecMode;
 

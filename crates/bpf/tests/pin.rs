@@ -194,3 +194,42 @@ fn a_map_file_whose_name_disagrees_with_its_map_is_refused() {
     std::fs::remove_file(maps.join("renamed.json")).unwrap();
     assert_eq!(state.snapshots().unwrap().len(), 2);
 }
+
+/// Hooks run against the installed program by several processes (the shim's RM hooks without a
+/// daemon) share its maps through the directory: what one run leaves, the next one sees.
+#[test]
+fn runs_against_the_installed_program_share_its_maps() {
+    use xpreempt_bpf::ctx::ScheduleCtx;
+    use xpreempt_bpf::rm::rm_queue_id;
+    let dir = TempDir::new("with-installed");
+    let state = StateDir::new(&dir.0);
+    state
+        .install(
+            "rm_admission",
+            "rm_admission.o",
+            &common::object("rm_admission"),
+        )
+        .unwrap();
+    let ask = |pid: u32| {
+        state
+            .with_installed(Default::default(), |h| {
+                let mut c = ScheduleCtx {
+                    queue_id: rm_queue_id(pid, 0, pid),
+                    allow_schedule: 1,
+                    ..Default::default()
+                };
+                h.run_ctx(&mut c, 0);
+                c.allow_schedule
+            })
+            .unwrap()
+    };
+    assert_eq!(ask(10), 1, "the first group takes the slot");
+    assert_eq!(ask(20), 0, "another process's run sees it taken");
+    assert_eq!(ask(10), 1, "the holder still holds it");
+    let held = state.map("held").unwrap();
+    assert_eq!(held.get(&0u32.to_le_bytes()).unwrap(), 1u64.to_le_bytes());
+    assert!(matches!(
+        StateDir::new(dir.0.join("none")).with_installed(Default::default(), |_| ()),
+        Err(PinError::NotInstalled(_))
+    ));
+}

@@ -233,14 +233,43 @@ struct Entry {
     value: String,
     key_hex: String,
     value_hex: String,
+    /// The key is a channel group's queue id (the RM hooks'): its process, device and TSG.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    channel_group: Option<RmKey>,
+}
+
+#[derive(Serialize)]
+struct RmKey {
+    pid: u32,
+    device: u32,
+    tsg: u32,
 }
 
 fn entry(k: &[u8], v: &[u8]) -> Entry {
+    let channel_group = <[u8; 8]>::try_from(k)
+        .ok()
+        .and_then(|b| xpreempt_bpf::rm::decode_rm_queue_id(u64::from_le_bytes(b)))
+        .map(|q| RmKey {
+            pid: q.pid,
+            device: q.device,
+            tsg: q.tsg,
+        });
     Entry {
         key: show_bytes(k),
         value: show_bytes(v),
         key_hex: to_hex(k),
         value_hex: to_hex(v),
+        channel_group,
+    }
+}
+
+impl Entry {
+    /// The key as a person reads it: a channel group as `pid P dev D tsg T`.
+    fn key_text(&self) -> String {
+        match &self.channel_group {
+            Some(g) => format!("pid {} dev {} tsg {}", g.pid, g.device, g.tsg),
+            None => self.key.clone(),
+        }
     }
 }
 
@@ -262,7 +291,7 @@ fn map(out: &Output, state: &StateDir, cmd: &MapCmd) -> Result<()> {
                 || {
                     entries
                         .iter()
-                        .map(|e| format!("{}\t{}\n", e.key, e.value))
+                        .map(|e| format!("{}\t{}\n", e.key_text(), e.value))
                         .collect()
                 },
             )
@@ -327,7 +356,14 @@ fn live_map(out: &Output, op: &mut xpreempt_ipc::operator::Operator, cmd: &MapCm
                 .collect();
             out.emit(&rows, || {
                 rows.iter()
-                    .map(|r| format!("device {}\t{}\t{}\n", r.device, r.entry.key, r.entry.value))
+                    .map(|r| {
+                        format!(
+                            "device {}\t{}\t{}\n",
+                            r.device,
+                            r.entry.key_text(),
+                            r.entry.value
+                        )
+                    })
                     .collect()
             })
         }
@@ -442,5 +478,13 @@ mod tests {
             "1,2"
         );
         assert_eq!(show_bytes(&[1, 2, 3]), "0x010203");
+    }
+
+    #[test]
+    fn channel_group_keys_name_their_process() {
+        let id = xpreempt_bpf::rm::rm_queue_id(4242, 0, 7);
+        let e = entry(&id.to_le_bytes(), &1u32.to_le_bytes());
+        assert_eq!(e.key_text(), "pid 4242 dev 0 tsg 7");
+        assert_eq!(entry(&5u64.to_le_bytes(), &[0; 4]).key_text(), "5");
     }
 }

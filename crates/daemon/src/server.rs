@@ -153,6 +153,14 @@ impl Daemon {
     /// Binds the socket and starts serving.
     pub fn start(config: Config) -> Result<Self, DaemonError> {
         let mut state = State::new(scheduler_factory(&config.policy)?);
+        if matches!(config.policy, PolicySpec::Bpf { .. }) {
+            // The program's maps exist from the start, so that an operator can configure them
+            // before the first process comes; other devices open with their first queue.
+            state.open_device(0).map_err(|e| DaemonError::Bpf {
+                path: PathBuf::from("device 0"),
+                source: Box::new(e),
+            })?;
+        }
         let listener = bind(&config)?;
         let mps = config
             .mps
@@ -400,7 +408,7 @@ fn serve_connection(shared: &Arc<Shared>, mut stream: UnixStream) {
                 return;
             }
         },
-        Role::Operator => None,
+        Role::Operator | Role::Rm => None,
     };
     let id = {
         let mut st = shared.lock();
@@ -523,6 +531,41 @@ fn handle(shared: &Shared, id: u64, cred: Cred, msg: ClientMsg) -> Option<Daemon
             if let Err(e) = st.event(id, queue, SchedEvent::Work { queue, work }) {
                 tracing::debug!(%e, "work");
             }
+            st.rm_forward_work(id, queue, work);
+            return None;
+        }
+        ClientMsg::RmTaskInit { group } => match st.rm_task_init(id, group) {
+            Ok(d) => DaemonMsg::RmDecision(d),
+            Err(e) => DaemonMsg::Refused {
+                reason: e.to_string(),
+            },
+        },
+        ClientMsg::RmSchedule {
+            device,
+            tsg,
+            channels,
+        } => match st.rm_schedule(id, device, tsg, channels) {
+            Ok((allow, ran, note)) => DaemonMsg::RmAdmission { allow, ran, note },
+            Err(e) => DaemonMsg::Refused {
+                reason: e.to_string(),
+            },
+        },
+        ClientMsg::RmEnabled { device, tsg } => {
+            let _ = st.rm_enabled(id, device, tsg);
+            return None;
+        }
+        ClientMsg::RmWork {
+            device,
+            tsg,
+            event,
+            kind,
+            token,
+        } => {
+            let _ = st.rm_work(id, device, tsg, (event, kind, token));
+            return None;
+        }
+        ClientMsg::RmTaskDestroy { device, tsg } => {
+            let _ = st.rm_task_destroy(id, device, tsg);
             return None;
         }
         ClientMsg::SetPriority { target, priority } => {

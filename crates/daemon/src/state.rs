@@ -1,6 +1,8 @@
 //! Everything the daemon knows, behind one lock: a driver (scheduler + remote queues) per
 //! device, the clients and their segments, and where each queue lives.
 
+mod rm;
+
 use crate::remote::RemoteQueue;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,11 +56,7 @@ pub enum Refusal {
 }
 
 fn bpf_program(d: &mut Driver<RemoteQueue>) -> Option<&mut xpreempt_bpf::BpfProgram> {
-    d.scheduler_mut()
-        .hooks_mut()?
-        .as_any_mut()?
-        .downcast_mut::<xpreempt_bpf::BpfHooks>()?
-        .program_mut()
+    rm::bpf_hooks(d)?.program_mut()
 }
 
 pub struct Client {
@@ -87,6 +85,7 @@ pub struct State {
     queues: BTreeMap<QueueId, QueueEntry>,
     pub clients: BTreeMap<u64, Client>,
     make_scheduler: SchedulerFactory,
+    rm: rm::RmState,
     epoch: Instant,
     next_queue: u32,
     next_client: u64,
@@ -100,6 +99,7 @@ impl State {
             queues: BTreeMap::new(),
             clients: BTreeMap::new(),
             make_scheduler,
+            rm: rm::RmState::default(),
             epoch: Instant::now(),
             next_queue: 0,
             next_client: 1,
@@ -135,6 +135,7 @@ impl State {
     /// A client is gone (exited, crashed, killed, or cut off): its queues leave the scheduler,
     /// which at once resumes whatever was suspended in their favour.
     pub fn remove_client(&mut self, id: u64) {
+        self.rm_client_gone(id);
         let Some(client) = self.clients.remove(&id) else {
             return;
         };

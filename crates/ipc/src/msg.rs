@@ -13,6 +13,24 @@ pub enum Role {
     Agent,
     /// The operator's CLI: lists, statistics, priority changes.
     Operator,
+    /// The shim's RM hooks: the channel-group events of one process (its own process id comes
+    /// from the socket's peer credentials).
+    Rm,
+}
+
+/// A compute channel group the shim saw libcuda create (`RmTaskInit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RmGroupDecl {
+    /// The RM device instance the group was created under.
+    pub device: u32,
+    /// The hardware TSG id (or the shim's stand-in when the driver would not say).
+    pub tsg: u32,
+    /// The timeslice the driver reported for the new group (µs, 0 if unknown).
+    pub default_timeslice_us: u64,
+    /// The process's declared priority.
+    pub default_priority: Priority,
+    /// The LC/BE class the process declared (the eBPF header's `XP_CLASS_*`).
+    pub hint_class: u32,
 }
 
 /// What a queue declares when it registers; the daemon adds its id and the process (from the
@@ -76,6 +94,36 @@ pub enum ClientMsg {
         key: Vec<u8>,
         value: Option<Vec<u8>>,
     },
+    /// RM hooks: a compute channel group was created; answered with `RmDecision`.
+    RmTaskInit {
+        group: RmGroupDecl,
+    },
+    /// RM hooks: a group asks to be enabled (libcuda's GPFIFO_SCHEDULE); answered with
+    /// `RmAdmission`.
+    RmSchedule {
+        device: u32,
+        tsg: u32,
+        channels: u32,
+    },
+    /// RM hooks: the group was enabled (no answer).
+    RmEnabled {
+        device: u32,
+        tsg: u32,
+    },
+    /// RM hooks: work of a group (the eBPF header's `XP_WORK_*` event and `XP_OP_*` kind; no
+    /// answer).
+    RmWork {
+        device: u32,
+        tsg: u32,
+        event: u32,
+        kind: u32,
+        token: u64,
+    },
+    /// RM hooks: the group was freed (no answer).
+    RmTaskDestroy {
+        device: u32,
+        tsg: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -100,6 +148,32 @@ pub enum DaemonMsg {
     List(Vec<QueueRow>),
     Stats(DaemonStats),
     PolicyMaps(Vec<PolicyMap>),
+    /// What `task_init` decided for a channel group, in the driver's units.
+    RmDecision(RmDecisionMsg),
+    /// Whether a channel group may be enabled now.
+    RmAdmission {
+        allow: bool,
+        /// Whether a program decided (else the driver's default: admitted).
+        ran: bool,
+        /// Why the driver's defaults apply (no program, or it failed).
+        note: Option<String>,
+    },
+}
+
+/// `task_init`'s decision for a channel group.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RmDecisionMsg {
+    /// SET_TIMESLICE to this (µs); `None` leaves the driver's.
+    pub timeslice_us: Option<u64>,
+    /// SET_INTERLEAVE_LEVEL to this driver level (0 LOW, 1 MEDIUM, 2 HIGH); `None` leaves it.
+    pub interleave: Option<u32>,
+    pub priority: Priority,
+    /// `XP_CLASS_*`.
+    pub class: u32,
+    /// Whether a program decided (else the driver's defaults stand).
+    pub ran: bool,
+    /// Why the driver's defaults stand (no program, or it failed).
+    pub note: Option<String>,
 }
 
 /// One map of the eBPF program a device runs, with its entries.

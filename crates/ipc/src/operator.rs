@@ -30,6 +30,11 @@ pub struct Operator {
 
 impl Operator {
     pub fn connect(path: &Path) -> Result<Self, OperatorError> {
+        Self::connect_as(path, Role::Operator, "xpreempt")
+    }
+
+    /// A connection in another role that asks and is answered (the shim's RM hooks: `Role::Rm`).
+    pub fn connect_as(path: &Path, role: Role, name: &str) -> Result<Self, OperatorError> {
         let mut stream = UnixStream::connect(path).map_err(|source| OperatorError::NoDaemon {
             path: path.to_path_buf(),
             source,
@@ -38,8 +43,8 @@ impl Operator {
             &mut stream,
             &ClientMsg::Hello {
                 version: crate::PROTOCOL_VERSION,
-                role: Role::Operator,
-                name: "xpreempt".into(),
+                role,
+                name: name.into(),
             },
         )?;
         match frame::read::<DaemonMsg>(&mut stream)? {
@@ -47,6 +52,18 @@ impl Operator {
             DaemonMsg::Refused { reason } => Err(OperatorError::Refused(reason)),
             _ => Err(OperatorError::Unexpected),
         }
+    }
+
+    /// Bounds every later read and write (`None`: wait for ever), so that a stuck daemon cannot
+    /// hold the caller.
+    pub fn set_timeout(&self, limit: Option<std::time::Duration>) -> std::io::Result<()> {
+        self.stream.set_read_timeout(limit)?;
+        self.stream.set_write_timeout(limit)
+    }
+
+    /// Sends a message the daemon does not answer.
+    pub fn tell(&mut self, msg: &ClientMsg) -> Result<(), OperatorError> {
+        Ok(frame::write(&mut self.stream, msg)?)
     }
 
     pub fn ask(&mut self, msg: &ClientMsg) -> Result<DaemonMsg, OperatorError> {

@@ -19,6 +19,7 @@
 
 mod guard;
 
+use crate::hooks::BpfHooks;
 use crate::maps::{Map, MapDef, MapError, MapSnapshot, SnapshotError};
 use crate::program::{BpfProgram, LoadError, LoadOptions, ProgramInfo};
 use guard::{DirLock, check_root, write_atomic};
@@ -231,6 +232,30 @@ impl StateDir {
         let mut program = BpfProgram::load(&meta.name, &bytes, opts)?;
         program.restore(&self.read_snapshots()?);
         Ok(program)
+    }
+
+    /// Runs `f` on the installed program, its maps filled from the pinned ones, and pins what
+    /// the program left in them, all under the exclusive lock: hooks run by several processes
+    /// (the shim's RM hooks without a daemon) see each other's map updates and lose none. A
+    /// program that failed during `f` was taken out by its hooks, and its half-done map writes
+    /// are not pinned.
+    pub fn with_installed<T>(
+        &self,
+        opts: LoadOptions,
+        f: impl FnOnce(&mut BpfHooks) -> T,
+    ) -> Result<T, PinError> {
+        let _lock = self.lock_for_write()?;
+        let meta = self.read_installed()?;
+        let p = self.object_path();
+        let bytes = std::fs::read(&p).map_err(io("read", &p))?;
+        let mut program = BpfProgram::load(&meta.name, &bytes, opts)?;
+        program.restore(&self.read_snapshots()?);
+        let mut hooks = BpfHooks::new(program);
+        let out = f(&mut hooks);
+        if let Some(program) = hooks.program() {
+            self.write_maps(program)?;
+        }
+        Ok(out)
     }
 
     /// Every pinned map (none if the directory does not exist).

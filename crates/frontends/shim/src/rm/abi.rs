@@ -24,6 +24,23 @@ pub const CLASS_CHANNEL_GROUP: u32 = 0xA06C;
 pub const ENGINE_TYPE_GRAPHICS_COMPUTE: u32 = 1;
 /// NVA06C_CTRL_CMD_SET_TIMESLICE.
 pub const CMD_SET_TIMESLICE: u32 = 0xa06c_0103;
+/// NVA06C_CTRL_CMD_GPFIFO_SCHEDULE: params {bEnable, bSkipSubmit, bSkipEnable}, 3 bytes on 580.
+pub const CMD_GPFIFO_SCHEDULE: u32 = 0xa06c_0101;
+/// NVA06C_CTRL_CMD_GET_TIMESLICE: params {u64 timesliceUs}.
+pub const CMD_GET_TIMESLICE: u32 = 0xa06c_0104;
+/// NVA06C_CTRL_CMD_GET_INFO: params {u32 tsgID}, the hardware TSG id.
+pub const CMD_GET_INFO: u32 = 0xa06c_0106;
+/// NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL: params {u32 tsgInterleaveLevel} (0 LOW, 1 MEDIUM,
+/// 2 HIGH); the header says it needs a privileged client.
+pub const CMD_SET_INTERLEAVE_LEVEL: u32 = 0xa06c_0107;
+/// NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN on a channel: params {u32 workSubmitToken}
+/// (runlist << 16 | channel id on Ampere and Hopper).
+pub const CMD_GET_WORK_SUBMIT_TOKEN: u32 = 0xc36f_0108;
+/// NV01_DEVICE_0: its alloc params start with the device instance (u32 deviceId).
+pub const CLASS_DEVICE: u32 = 0x80;
+/// RM status codes seen on this driver.
+pub const NV_OK: u32 = 0;
+pub const NV_ERR_NOT_SUPPORTED: u32 = 0x56;
 
 /// RM_ALLOC parameters, short form (NVOS21, 32 bytes).
 #[repr(C)]
@@ -164,6 +181,37 @@ pub unsafe fn read_alloc(request: u64, arg: *const u8) -> Option<AllocSeen> {
         }
         _ => None,
     }
+}
+
+/// What an RM_CONTROL carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControlSeen {
+    pub h_client: u32,
+    pub h_object: u32,
+    pub cmd: u32,
+    pub p_params: u64,
+    pub params_size: u32,
+    pub status: u32,
+}
+
+/// Reads an RM_CONTROL argument (before or after the call). `None` for other ioctls.
+///
+/// # Safety
+/// `arg` must point to the request's argument of `decode(request).size` bytes.
+pub unsafe fn read_control(request: u64, arg: *const u8) -> Option<ControlSeen> {
+    if request != IOCTL_RM_CONTROL || arg.is_null() {
+        return None;
+    }
+    // SAFETY: caller guarantees 32 readable bytes.
+    let c = unsafe { std::ptr::read_unaligned(arg.cast::<Nvos54>()) };
+    Some(ControlSeen {
+        h_client: c.h_client,
+        h_object: c.h_object,
+        cmd: c.cmd,
+        p_params: c.params,
+        params_size: c.params_size,
+        status: c.status,
+    })
 }
 
 /// What an RM_FREE carried.

@@ -7,6 +7,11 @@
 //! (it may run in a signal handler or in a child after fork).
 
 pub mod abi;
+pub mod admission;
+pub mod backend;
+pub mod context;
+pub mod controls;
+pub mod hooks;
 
 use crate::log::{log_enabled, log_level};
 use abi::*;
@@ -262,13 +267,23 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         unsafe { *libc::__errno_location() = libc::ENOSYS };
         return -1;
     };
-    // SAFETY: pass-through with the caller's arguments.
-    let r = unsafe { real(fd, request, arg) };
     // Callers may pass the request as a sign-extended int: the kernel looks at 32 bits only.
     let req = request as u32 as u64;
+    let rm_hooks = hooks::tracking();
+    let pre = if rm_hooks && req == IOCTL_RM_CONTROL {
+        let argp = arg as usize;
+        // SAFETY: the caller's NVOS54; a panic inside is caught and the call goes on untouched.
+        std::panic::catch_unwind(move || unsafe { hooks::before(argp as *mut u8) })
+            .unwrap_or(hooks::Pre::Nothing)
+    } else {
+        hooks::Pre::Nothing
+    };
+    // SAFETY: pass-through with the caller's arguments.
+    let r = unsafe { real(fd, request, arg) };
     let watched =
         req == IOCTL_RM_ALLOC_NVOS64 || req == IOCTL_RM_ALLOC_NVOS21 || req == IOCTL_RM_FREE;
-    if r == 0 && watched {
+    let hooked = rm_hooks && (watched || req == IOCTL_RM_CONTROL);
+    if r == 0 && (watched || hooked) {
         // SAFETY: reading errno; the observation must not change what the caller sees.
         let errno = unsafe { *libc::__errno_location() };
         let argp = arg as usize;
@@ -277,8 +292,11 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
             unsafe {
                 if req == IOCTL_RM_FREE {
                     observe_free(req, argp as *const u8)
-                } else {
+                } else if watched {
                     observe_alloc(fd, req, argp as *const u8)
+                }
+                if hooked {
+                    hooks::after(fd, req, argp as *mut u8, pre)
                 }
             }
         });
@@ -289,6 +307,10 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         }
         // SAFETY: restoring errno.
         unsafe { *libc::__errno_location() = errno };
+    } else if let hooks::Pre::Rewrote { params, from, .. } = pre {
+        // The call failed outright: libcuda still gets its own value back.
+        // SAFETY: the params `before` wrote, still libcuda's.
+        unsafe { std::ptr::write_unaligned(params, from) };
     }
     r
 }
@@ -323,7 +345,10 @@ fn forget_closed(fd: c_int) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     // Before the real close: once it returns, the fd number may be reused at once.
-    let _ = std::panic::catch_unwind(|| forget_closed(fd));
+    let _ = std::panic::catch_unwind(|| {
+        forget_closed(fd);
+        hooks::forget_fd(fd);
+    });
     match real_close() {
         // SAFETY: pass-through.
         Some(real) => unsafe { real(fd) },
@@ -350,32 +375,18 @@ pub extern "C" fn xpreempt_shim_channel_groups() -> u32 {
 /// Sends one SET_TIMESLICE control. 0 on success, `-errno` when the ioctl failed, the RM status
 /// when RM refused.
 pub fn set_timeslice(g: ChannelGroup, us: u64) -> i64 {
-    let Some(real) = real_ioctl() else {
-        return -(libc::ENOSYS as i64);
-    };
-    let mut params = SetTimeslice { timeslice_us: us };
-    let mut ctl = Nvos54 {
-        h_client: g.h_client,
-        h_object: g.h_object,
-        cmd: CMD_SET_TIMESLICE,
-        flags: 0,
-        params: (&mut params as *mut SetTimeslice) as u64,
-        params_size: size_of::<SetTimeslice>() as u32,
-        status: 0,
-    };
-    // SAFETY: a well-formed NVOS54 on libcuda's own fd.
-    let r = unsafe {
-        real(
-            g.fd,
-            IOCTL_RM_CONTROL as c_ulong,
-            (&mut ctl as *mut Nvos54).cast(),
-        )
-    };
-    if r != 0 {
-        // SAFETY: reading errno.
-        return -(unsafe { *libc::__errno_location() } as i64);
-    }
-    ctl.status as i64
+    controls::set_timeslice(g.fd, g.h_client, g.h_object, us).map_or_else(|e| e.code(), |()| 0)
+}
+
+/// What libcuda sets by itself (measured), which the Lv3 control restores after an interrupt.
+const DRIVER_DEFAULT_TIMESLICE_US: u64 = 2048;
+
+/// A kernel launch of this process, for the RM hooks' `work_submit` (`kind`: the eBPF header's
+/// `XP_OP_*`). Without the RM hooks, or with the daemon (which counts the agent's submissions),
+/// it does nothing.
+#[unsafe(no_mangle)]
+pub extern "C" fn xpreempt_shim_rm_work_submit(kind: u32) {
+    let _ = std::panic::catch_unwind(|| hooks::note_launch(kind));
 }
 
 /// Sets the timeslice of every compute channel group of this process; the first failure wins.
@@ -393,6 +404,13 @@ pub extern "C" fn xpreempt_shim_set_timeslice(us: u64) -> i64 {
         }
         let mut first = 0;
         for (g, _) in reg.groups() {
+            // A restore to the driver's default restores what the RM hooks' policy chose.
+            let us = match us {
+                DRIVER_DEFAULT_TIMESLICE_US => {
+                    hooks::policy_timeslice(g.h_client, g.h_object).unwrap_or(us)
+                }
+                _ => us,
+            };
             let r = set_timeslice(g, us);
             if r != 0 && first == 0 {
                 first = r;
