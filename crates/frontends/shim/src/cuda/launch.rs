@@ -144,6 +144,8 @@ fn submit(q: &StreamQueue, call: impl FnOnce() -> CUresult + Send + 'static) -> 
     let cmd =
         Command::kernel(Deferred::new(call)).with_props(CommandProps::new(false, false, false));
     QUEUED.fetch_add(1, Ordering::Relaxed);
+    // The RM hooks' work_submit (in-process; one atomic load when they are off).
+    crate::rm::hooks::note_launch(xpreempt_core::OpKind::Kernel as u32);
     let r = submitting(|| q.xq.submit_with_retry(cmd, Duration::from_secs(3600)));
     match r {
         Ok(_) => SUCCESS,
