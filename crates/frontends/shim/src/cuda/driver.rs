@@ -67,12 +67,9 @@ pub struct CtxGuard {
 impl CtxGuard {
     pub fn enter(ctx: Handle) -> Self {
         let mut cur: Handle = std::ptr::null_mut();
-        let pushed = ctx.is_null() || (cuCtxGetCurrent(&mut cur) == SUCCESS && cur == ctx);
-        if pushed {
-            return Self { pushed: false };
-        }
+        let current = ctx.is_null() || (cuCtxGetCurrent(&mut cur) == SUCCESS && cur == ctx);
         Self {
-            pushed: cuCtxPushCurrent_v2(ctx) == SUCCESS,
+            pushed: !current && cuCtxPushCurrent_v2(ctx) == SUCCESS,
         }
     }
 }

@@ -138,11 +138,19 @@ pub fn queue(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
         return found.clone();
     }
     let made = make(stream, legacy, ctx);
-    queues()
-        .get_or_insert_with(HashMap::new)
-        .entry(k)
-        .or_insert(made)
-        .clone()
+    let (kept, lost) = {
+        let mut g = queues();
+        let slot = g.get_or_insert_with(HashMap::new).entry(k);
+        match slot {
+            std::collections::hash_map::Entry::Occupied(o) => (o.get().clone(), made),
+            std::collections::hash_map::Entry::Vacant(v) => (v.insert(made).clone(), None),
+        }
+    };
+    // Another thread made this stream's queue first: this one leaves the scheduler unused.
+    if let (Some(q), Some(Some(a))) = (lost, AGENT.get()) {
+        a.remove(Preemptible::queue_id(&*q.xq));
+    }
+    kept
 }
 
 /// The queue of a stream if it has one already.
