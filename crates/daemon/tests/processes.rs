@@ -204,7 +204,14 @@ fn bad_frames_close_only_their_connection_and_live_clients_keep_being_served() {
                     let at = 4 + (next() as usize) % (bytes.len() - 4);
                     bytes[at] ^= (next() as u8) | 1;
                 }
-                _ => bytes.extend((0..(next() % 32)).map(|_| next() as u8)),
+                // A valid Hello, then a frame cut short. (Random bytes after a valid Hello
+                // would now and then decode as a legitimate operator request, e.g. a priority
+                // change this same-user client may make, which is not an attack.)
+                _ => {
+                    let n = next() % 32;
+                    bytes.extend(((n + 100) as u32).to_le_bytes());
+                    bytes.extend((0..n).map(|_| next() as u8));
+                }
             }
             let _ = s.write_all(&bytes);
             if i % 3 == 0 {
