@@ -168,9 +168,13 @@ forward!(cuDevicePrimaryCtxReset_v2(a) teardown);
 
 // ---- launches: through the stream's XQueue ----
 
-/// On a panic inside the shim: the call goes to libcuda as made, and interception stops.
-fn after_panic() {
-    streams::turn_off("an internal error");
+/// Runs a launch through the shim (`run(true)`); on a panic inside the shim, interception stops
+/// and the call goes to libcuda as made (`run(false)`).
+fn guarded(run: impl Fn(bool) -> CUresult + std::panic::RefUnwindSafe) -> CUresult {
+    std::panic::catch_unwind(|| run(true)).unwrap_or_else(|_| {
+        streams::turn_off("an internal error");
+        run(false)
+    })
 }
 
 macro_rules! launch_kernel {
@@ -209,10 +213,7 @@ macro_rules! launch_kernel {
                     )
                 }
             };
-            std::panic::catch_unwind(|| run(true)).unwrap_or_else(|_| {
-                after_panic();
-                run(false)
-            })
+            guarded(run)
         }
     };
 }
@@ -247,10 +248,7 @@ macro_rules! launch_kernel_ex {
                     )
                 }
             };
-            std::panic::catch_unwind(|| run(true)).unwrap_or_else(|_| {
-                after_panic();
-                run(false)
-            })
+            guarded(run)
         }
     };
 }
@@ -268,10 +266,7 @@ macro_rules! graph_launch {
             let run = |intercept: bool| unsafe {
                 launch::graph(real, $p, intercept, e as Handle, sp as Handle)
             };
-            std::panic::catch_unwind(|| run(true)).unwrap_or_else(|_| {
-                after_panic();
-                run(false)
-            })
+            guarded(run)
         }
     };
 }

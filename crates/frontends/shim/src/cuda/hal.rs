@@ -29,14 +29,18 @@ thread_local! {
     /// Set while the application's own thread submits: a launch that fails then is refused so
     /// the application gets the driver's status from its call, as natively.
     static SUBMITTING: Cell<bool> = const { Cell::new(false) };
+    /// Whether the submission in progress reached the driver (rather than the buffer).
+    static LAUNCHED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Runs `f` as the application's submission (see `SUBMITTING`).
-pub fn submitting<T>(f: impl FnOnce() -> T) -> T {
+/// Runs `f` as the application's submission (see `SUBMITTING`); also says whether the command
+/// went to the driver during it.
+pub fn submitting<T>(f: impl FnOnce() -> T) -> (T, bool) {
     SUBMITTING.with(|s| s.set(true));
+    LAUNCHED.with(|l| l.set(false));
     let r = f();
     SUBMITTING.with(|s| s.set(false));
-    r
+    (r, LAUNCHED.with(Cell::get))
 }
 
 struct State {
@@ -145,6 +149,9 @@ impl HwQueue for StreamHal {
             });
         };
         let status = call.take().map_or(SUCCESS, |c| c());
+        if SUBMITTING.with(Cell::get) {
+            LAUNCHED.with(|l| l.set(true));
+        }
         if status != SUCCESS {
             if SUBMITTING.with(Cell::get) {
                 return Err(backend("launch", status));

@@ -146,7 +146,10 @@ fn submit(q: &StreamQueue, call: impl FnOnce() -> CUresult + Send + 'static) -> 
     QUEUED.fetch_add(1, Ordering::Relaxed);
     // The RM hooks' work_submit (in-process; one atomic load when they are off).
     crate::rm::hooks::note_launch(xpreempt_core::OpKind::Kernel as u32);
-    let r = submitting(|| q.xq.submit_with_retry(cmd, Duration::from_secs(3600)));
+    let (r, launched) = submitting(|| q.xq.submit_with_retry(cmd, Duration::from_secs(3600)));
+    if r.is_ok() && !launched {
+        q.note_held();
+    }
     match r {
         Ok(_) => SUCCESS,
         Err(TrySubmitError::Launch(e)) => status_of(&e.source),
@@ -240,7 +243,7 @@ pub unsafe fn kernel(
     };
     // SAFETY: the application's arguments, valid during this call.
     let Some(mut args) = (unsafe { copy_args(f, params, extra) }) else {
-        q.xq.wait_launched();
+        q.wait_launched();
         return direct(params, extra);
     };
     let f = f as usize;
@@ -327,7 +330,7 @@ pub unsafe fn kernel_ex(
     // SAFETY: the application's arguments, valid during this call.
     let copied = unsafe { copy_args(f, params, extra) };
     let (Some(mut args), false) = (copied, num_attrs > 0 && attrs.is_null()) else {
-        q.xq.wait_launched();
+        q.wait_launched();
         // SAFETY: forwarding.
         return unsafe { real_fn(config, f, params, extra) };
     };

@@ -21,6 +21,27 @@ pub struct StreamQueue {
     pub ctx: usize,
     pub legacy: bool,
     pub non_blocking: bool,
+    /// The queue may hold buffered commands: only such queues are waited for on behalf of
+    /// other streams, so a launch does not visit every queue of the process.
+    held: AtomicBool,
+}
+
+impl StreamQueue {
+    /// A submission left its command in the buffer.
+    pub fn note_held(&self) {
+        self.held.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits until everything submitted so far has been handed to the driver.
+    pub fn wait_launched(&self) {
+        self.xq.wait_launched();
+        // Cleared before looking again: a command another thread buffers meanwhile (it marks
+        // the queue after buffering) leaves the queue marked.
+        self.held.store(false, Ordering::SeqCst);
+        if self.xq.pending_len() > 0 {
+            self.held.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Key: (0, stream) for a created stream, (ctx, STREAM_LEGACY) for a context's legacy stream.
@@ -41,7 +62,7 @@ pub fn turn_off(why: &str) {
         shim_log!("{why}: CUDA calls pass through from now on");
         // What the queues hold goes out before anything passes them.
         for q in all() {
-            q.xq.wait_launched();
+            q.wait_launched();
         }
     }
 }
@@ -77,7 +98,7 @@ extern "C" fn at_exit() {
     // Whatever the scheduler holds back goes out before libcuda's own exit handlers run.
     super::chaos::stop();
     for q in all() {
-        q.xq.wait_launched();
+        q.wait_launched();
     }
 }
 
@@ -207,6 +228,7 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
             ctx: ctx as usize,
             legacy,
             non_blocking: flags & STREAM_NON_BLOCKING != 0,
+            held: AtomicBool::new(false),
         })),
         Err(e) => {
             shim_log!("registering a stream: {e}; it passes through");
@@ -220,7 +242,7 @@ pub fn forget(stream: Handle) {
     let (k, _, _) = key(stream);
     let gone = queues().as_mut().and_then(|m| m.remove(&k)).flatten();
     if let Some(q) = gone {
-        q.xq.wait_launched();
+        q.wait_launched();
         if let Some(Some(a)) = AGENT.get() {
             a.remove(Preemptible::queue_id(&*q.xq));
         }
@@ -238,7 +260,7 @@ pub fn forget_all() {
         .map(|m| m.drain().filter_map(|(_, q)| q).collect())
         .unwrap_or_default();
     for q in gone {
-        q.xq.wait_launched();
+        q.wait_launched();
         if let Err(e) = q.xq.wait_all() {
             shim_log!("waiting for a stream before its context goes: {e}");
         }
@@ -255,16 +277,26 @@ pub fn quiesce() {
         return;
     }
     for q in all() {
-        q.xq.wait_launched();
+        q.wait_launched();
         let _ = q.xq.wait_all();
     }
 }
 
+/// Waits for the queues matching `f` that may hold buffered commands (none, usually: then this
+/// neither allocates nor takes a queue's lock).
 fn drain_where(f: impl Fn(&StreamQueue) -> bool) {
-    for q in all() {
-        if f(&q) {
-            q.xq.wait_launched();
-        }
+    let held: Vec<Arc<StreamQueue>> = queues()
+        .as_ref()
+        .map(|m| {
+            m.values()
+                .flatten()
+                .filter(|q| q.held.load(Ordering::SeqCst) && f(q))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    for q in held {
+        q.wait_launched();
     }
 }
 
@@ -300,7 +332,7 @@ pub fn before_direct(stream: Handle, ptsz: bool) {
     }
     let own = existing(stream, ptsz);
     if let Some(q) = &own {
-        q.xq.wait_launched();
+        q.wait_launched();
     }
     order_before(stream, ptsz, own.as_deref());
     if own.is_none() && !is_per_thread(stream, ptsz) {
