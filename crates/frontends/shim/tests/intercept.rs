@@ -146,6 +146,35 @@ fn launches_go_through_the_queues_in_order_with_their_own_arguments() {
 }
 
 #[test]
+fn pass_through_forwards_every_launch_as_made_and_watches_the_stream() {
+    let dir = build_dir();
+    let (_, app) = build(&dir);
+    let r = run(
+        &dir,
+        &app,
+        "pass",
+        &[
+            ("XPREEMPT_INTERCEPT", "1"),
+            ("XPREEMPT_PASS_THROUGH", "1"),
+            ("FAKE_APP_LINGER_MS", "300"),
+        ],
+    );
+    assert_eq!(r.printed, 0, "no launch went through a queue");
+    check_order(&r);
+    assert!(
+        r.log
+            .iter()
+            .filter(|l| l.starts_with("launch"))
+            .all(|l| !l.ends_with("other")),
+        "every launch left from the application's thread"
+    );
+    assert!(
+        r.log.iter().any(|l| l.starts_with("record s=10")),
+        "the observer recorded no event on the stream: the scheduler never heard of its work"
+    );
+}
+
+#[test]
 fn a_process_that_never_touches_cuda_is_unchanged() {
     let out = Command::new("sh")
         .args(["-c", "echo ok"])

@@ -3,8 +3,10 @@
 //! conformance suite runs every program under it.
 
 use super::settings::Settings;
+use super::streams::StreamQueue;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use xpreempt_core::xqueue::threaded::Preemptible;
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -38,23 +40,33 @@ fn run(seed: u64, period_us: u64) {
         x ^= x << 17;
         x
     };
-    let mut held = Vec::new();
+    // Each suspension ends by its own deadline (at most 4 periods): a queue the application
+    // waits on is never held for long, as under a real scheduler with a bounded LC burst.
+    let mut held: Vec<(Arc<StreamQueue>, Instant)> = Vec::new();
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_micros(next() % (2 * period_us)));
+        let now = Instant::now();
+        held.retain(|(q, until)| {
+            let keep = *until > now;
+            if !keep {
+                let _ = q.xq.resume();
+            }
+            keep
+        });
         let queues = super::streams::all();
-        if queues.is_empty() {
+        if queues.is_empty() || next() % 2 == 0 {
             continue;
         }
-        if next() % 2 == 0 {
-            let q = &queues[(next() % queues.len() as u64) as usize];
-            if q.xq.suspend().is_ok() {
-                held.push(q.clone());
-            }
-        } else if let Some(q) = held.pop() {
-            let _ = q.xq.resume();
+        let q = &queues[(next() % queues.len() as u64) as usize];
+        if held.iter().any(|(h, _)| Arc::ptr_eq(h, q)) {
+            continue;
+        }
+        if q.xq.suspend().is_ok() {
+            let hold = Duration::from_micros(next() % (4 * period_us) + 1);
+            held.push((q.clone(), now + hold));
         }
     }
-    for q in held {
+    for (q, _) in held {
         let _ = q.xq.resume();
     }
 }

@@ -56,7 +56,19 @@ macro_rules! forward {
         pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
             let real = real!($name);
             let _ = std::panic::catch_unwind(streams::forget_all);
-            call_real!(real, $($a),*)
+            let r = call_real!(real, $($a),*);
+            let _ = std::panic::catch_unwind(launch::forget_layouts);
+            r
+        }
+    };
+    ($name:ident($($a:ident),*) unload) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
+            let real = real!($name);
+            let _ = std::panic::catch_unwind(streams::drain_all);
+            let r = call_real!(real, $($a),*);
+            let _ = std::panic::catch_unwind(launch::forget_layouts);
+            r
         }
     };
     ($name:ident($($a:ident),*) drain_all) => {
@@ -158,8 +170,8 @@ forward!(cuMemsetD32_v2(a, b, c) drain_all);
 forward!(cuMemsetD32_v2_ptds(a, b, c) drain_all);
 forward!(cuMemFree_v2(a) drain_all);
 forward!(cuMemFreeHost(a) drain_all);
-forward!(cuModuleUnload(a) drain_all);
-forward!(cuLibraryUnload(a) drain_all);
+forward!(cuModuleUnload(a) unload);
+forward!(cuLibraryUnload(a) unload);
 forward!(cuCtxSynchronize() drain_all);
 forward!(cuCtxSynchronize_v2(c) drain_all);
 forward!(cuCtxDestroy_v2(a) teardown);
@@ -373,3 +385,50 @@ macro_rules! end_capture {
 
 end_capture!(cuStreamEndCapture);
 end_capture!(cuStreamEndCapture_ptsz);
+
+// ---- stream creation: a high logical priority also gets the GPU's highest stream priority ----
+
+/// The stream priority for a stream the application asked `requested` for: the greatest the
+/// device offers when the process runs at a logical priority above 0 (under MPS this orders
+/// its blocks before other processes'), else the application's own.
+fn stream_priority(requested: i32) -> i32 {
+    let s = super::settings::settings();
+    if !streams::enabled() || s.priority <= 0 {
+        return requested;
+    }
+    let (mut least, mut greatest) = (0i32, 0i32);
+    if super::driver::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) != SUCCESS {
+        return requested;
+    }
+    greatest
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreate(ph: usize, flags: usize) -> CUresult {
+    let real = real!(cuStreamCreate);
+    if std::panic::catch_unwind(|| stream_priority(0)).unwrap_or(0) != 0 {
+        // SAFETY: the application's arguments, forwarded with a priority.
+        return unsafe { cuStreamCreateWithPriority(ph, flags as u32, 0) };
+    }
+    call_real!(real, ph, flags)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    ph: usize,
+    flags: u32,
+    priority: i32,
+) -> CUresult {
+    let real = real!(cuStreamCreateWithPriority);
+    let priority = std::panic::catch_unwind(|| stream_priority(priority)).unwrap_or(priority);
+    let addr = real.addr();
+    if addr == 0 {
+        return ERROR_NOT_INITIALIZED;
+    }
+    // SAFETY: libcuda's cuStreamCreateWithPriority(CUstream*, unsigned, int).
+    unsafe {
+        std::mem::transmute::<usize, unsafe extern "C" fn(usize, u32, i32) -> CUresult>(addr)(
+            ph, flags, priority,
+        )
+    }
+}

@@ -5,11 +5,12 @@ use super::driver::{self, CUresult, CtxGuard, Handle, SUCCESS};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use xpreempt_hal::{HalError, HwQueue};
-use xpreempt_types::{Command, Level, Op, Seq};
+use xpreempt_types::{Command, Launched, Level, Op, Seq};
 
 /// How often the completion watcher looks at a sync event it waits for.
-const POLL: std::time::Duration = std::time::Duration::from_micros(20);
+pub(super) const POLL: std::time::Duration = std::time::Duration::from_micros(20);
 
 /// A driver call held until the queue may run; it returns the driver's status.
 pub struct Deferred(Option<Box<dyn FnOnce() -> CUresult + Send>>);
@@ -43,23 +44,33 @@ pub fn submitting<T>(f: impl FnOnce() -> T) -> (T, bool) {
     (r, LAUNCHED.with(Cell::get))
 }
 
-struct State {
-    sync: VecDeque<(Seq, Handle)>,
-    free: Vec<Handle>,
-    completed: Seq,
-    launched: Seq,
+pub(super) struct State {
+    pub(super) sync: VecDeque<(Seq, Handle)>,
+    pub(super) free: Vec<Handle>,
+    pub(super) completed: Seq,
+    pub(super) launched: Seq,
     /// The first error of a launch made after the application's call returned (from the
     /// pending buffer); reported by the next synchronize or query of the stream.
     sticky: CUresult,
+    /// The stream or its context is gone: the queue's events are released and everything
+    /// launched counts as completed, so no thread calls the driver for this queue again.
+    pub(super) retired: bool,
 }
 
 // SAFETY: the handles are driver objects usable from any thread (with the context made current).
 unsafe impl Send for State {}
 
 pub struct StreamHal {
-    ctx: Handle,
-    stream: Handle,
+    pub(super) ctx: Handle,
+    pub(super) stream: Handle,
     state: Mutex<State>,
+    /// Lv3 (the process's timeslice) is available to this queue.
+    lv3: bool,
+    /// Interrupted at Lv3 and not restored yet.
+    interrupted: AtomicBool,
+    /// Pass-through: the application's launches go straight to the driver and the queue's
+    /// commands are markers that only report activity (see `observe`).
+    pub(super) observer: Option<super::observe::Observer>,
 }
 
 // SAFETY: the context and stream handles are plain driver handles, valid from any thread.
@@ -68,22 +79,32 @@ unsafe impl Send for StreamHal {}
 unsafe impl Sync for StreamHal {}
 
 impl StreamHal {
-    pub fn new(ctx: Handle, stream: Handle) -> Self {
+    /// `lv3`: interrupt by the process's timeslice; `observe`: pass-through (markers only).
+    pub fn new(ctx: Handle, stream: Handle, lv3: bool, observe: bool) -> Self {
         Self {
             ctx,
             stream,
+            lv3,
+            interrupted: AtomicBool::new(false),
+            observer: observe.then(super::observe::Observer::default),
             state: Mutex::new(State {
                 sync: VecDeque::new(),
                 free: Vec::new(),
                 completed: 0,
                 launched: 0,
                 sticky: SUCCESS,
+                retired: false,
             }),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the queue is interrupted through the process's timeslice (Lv3).
+    pub fn lv3(&self) -> bool {
+        self.lv3
     }
 
     /// Takes the error of a launch from the pending buffer, if one failed.
@@ -91,7 +112,35 @@ impl StreamHal {
         std::mem::replace(&mut self.lock().sticky, SUCCESS)
     }
 
-    fn record(&self, g: &mut State, watermark: Seq) -> Result<Handle, HalError> {
+    /// Before the stream or its context goes away: releases the queue's events (a record still
+    /// pending completes first in the driver) and stops the queue's driver calls for good.
+    pub fn retire(&self) {
+        let mut g = self.lock();
+        if g.retired {
+            return;
+        }
+        g.retired = true;
+        g.completed = g.launched;
+        if self.interrupted.swap(false, Ordering::SeqCst) {
+            let _ = super::lv3::restore();
+        }
+        if let Some(o) = &self.observer {
+            o.release_hold();
+        }
+        let _ctx = CtxGuard::enter(self.ctx);
+        for (_, ev) in std::mem::take(&mut g.sync) {
+            driver::cuEventDestroy_v2(ev);
+        }
+        for ev in std::mem::take(&mut g.free) {
+            driver::cuEventDestroy_v2(ev);
+        }
+    }
+
+    pub(super) fn record(&self, g: &mut State, watermark: Seq) -> Result<Handle, HalError> {
+        if g.retired {
+            g.completed = g.completed.max(watermark);
+            return Err(HalError::WouldBlock("the stream is gone"));
+        }
         let ev = match g.free.pop() {
             Some(ev) => ev,
             None => driver::new_event().map_err(|e| backend("cuEventCreate", e))?,
@@ -109,6 +158,10 @@ impl StreamHal {
     }
 
     fn reap(&self, g: &mut State) {
+        if g.retired {
+            g.completed = g.launched;
+            return;
+        }
         while let Some(&(m, ev)) = g.sync.front() {
             if driver::cuEventQuery(ev) != SUCCESS {
                 break;
@@ -120,7 +173,7 @@ impl StreamHal {
     }
 }
 
-fn backend(op: &'static str, e: CUresult) -> HalError {
+pub(super) fn backend(op: &'static str, e: CUresult) -> HalError {
     HalError::Backend {
         op,
         source: std::sync::Arc::new(CuError(e)),
@@ -131,7 +184,31 @@ impl HwQueue for StreamHal {
     type Payload = Deferred;
 
     fn max_level(&self) -> Level {
-        Level::Lv1
+        if self.lv3 { Level::Lv3 } else { Level::Lv1 }
+    }
+
+    fn interrupt(&self) -> Result<(), HalError> {
+        if !self.lv3 {
+            return Err(self.unsupported("interrupt", Level::Lv3));
+        }
+        if !self.interrupted.swap(true, Ordering::SeqCst)
+            && let Err(e) = super::lv3::interrupt()
+        {
+            self.interrupted.store(false, Ordering::SeqCst);
+            return Err(backend("interrupt", e));
+        }
+        Ok(())
+    }
+
+    fn restore(&self, _log: &mut [Launched<Deferred>]) -> Result<(), HalError> {
+        // The timeslice only slowed the work down: nothing to relaunch.
+        if self.interrupted.swap(false, Ordering::SeqCst)
+            && let Err(e) = super::lv3::restore()
+        {
+            self.interrupted.store(true, Ordering::SeqCst);
+            return Err(backend("restore", e));
+        }
+        Ok(())
     }
 
     fn launch(
@@ -163,6 +240,12 @@ impl HwQueue for StreamHal {
             }
         }
         g.launched = seq + 1;
+        if let Some(o) = &self.observer {
+            // A marker: its completion is proven by `synchronize`, which records after the
+            // stream's latest work.
+            o.marker_launched();
+            return Ok(());
+        }
         if sync_point && let Err(e) = self.record(&mut g, seq + 1) {
             // The command is on the stream: a later record_sync covers its completion.
             shim_log!("sync point after a launch: {e}");
@@ -171,12 +254,15 @@ impl HwQueue for StreamHal {
     }
 
     fn record_sync(&self) -> Result<(), HalError> {
-        let _ctx = CtxGuard::enter(self.ctx);
-        let mut g = self.lock();
-        let tail = g.launched;
-        if g.completed >= tail || g.sync.back().is_some_and(|&(m, _)| m >= tail) {
+        if self.observer.is_some() {
             return Ok(());
         }
+        let mut g = self.lock();
+        let tail = g.launched;
+        if g.retired || g.completed >= tail || g.sync.back().is_some_and(|&(m, _)| m >= tail) {
+            return Ok(());
+        }
+        let _ctx = CtxGuard::enter(self.ctx);
         self.record(&mut g, tail).map(|_| ())
     }
 
@@ -187,7 +273,11 @@ impl HwQueue for StreamHal {
     }
 
     fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
-        let _ctx = CtxGuard::enter(self.ctx);
+        if let Some(o) = &self.observer {
+            return o.synchronize(self, upto);
+        }
+        // A retired queue's context may be gone: it must not be made current.
+        let _ctx = (!self.lock().retired).then(|| CtxGuard::enter(self.ctx));
         loop {
             let ev = {
                 let mut g = self.lock();
@@ -224,8 +314,17 @@ impl HwQueue for StreamHal {
 
 impl Drop for StreamHal {
     fn drop(&mut self) {
-        let _ctx = CtxGuard::enter(self.ctx);
+        if *self.interrupted.get_mut() {
+            let _ = super::lv3::restore();
+        }
+        if let Some(o) = &self.observer {
+            o.release_hold();
+        }
         let g = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        if g.sync.is_empty() && g.free.is_empty() {
+            return;
+        }
+        let _ctx = CtxGuard::enter(self.ctx);
         for &(_, ev) in &g.sync {
             driver::cuEventSynchronize(ev);
             driver::cuEventDestroy_v2(ev);

@@ -48,6 +48,14 @@ type Layout = Option<Vec<(usize, usize)>>;
 
 static LAYOUTS: Mutex<Option<HashMap<usize, Layout>>> = Mutex::new(None);
 
+/// Forgets every cached layout: after a module or library is unloaded (or its context goes), the
+/// driver may hand the same handle value to another kernel.
+pub fn forget_layouts() {
+    if let Some(m) = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        m.clear();
+    }
+}
+
 fn layout(f: Handle) -> Layout {
     let mut g = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
     g.get_or_insert_with(HashMap::new)
@@ -171,6 +179,32 @@ fn status_of(e: &xpreempt_core::HalError) -> CUresult {
     driver::ERROR_INVALID_VALUE
 }
 
+/// After a launch that went straight to the driver in pass-through mode: the stream's queue
+/// hears of it (see `observe`).
+fn observed(stream: Handle, ptsz: bool, status: CUresult) -> CUresult {
+    if status != SUCCESS || !streams::observing() || streams::capturing(stream) {
+        return status;
+    }
+    let Some(q) = streams::queue(stream, ptsz) else {
+        return status;
+    };
+    let hal = q.xq.hal();
+    let Some(o) = &hal.observer else {
+        return status;
+    };
+    if o.note_real_launch() {
+        let marker = Command::kernel(Deferred::new(|| SUCCESS))
+            .with_props(CommandProps::new(false, false, false));
+        let (r, launched) = submitting(|| q.xq.submit(marker));
+        match r {
+            Ok(_) if !launched && hal.lv3() => o.hold(|| q.xq.pending_len() > 0),
+            Ok(_) => {}
+            Err(_) => o.disarm(),
+        }
+    }
+    status
+}
+
 /// Where a launch goes: through the queue (`Some`), or straight to the driver.
 fn route(intercept: bool, stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
     if !intercept || !streams::active() || streams::capturing(stream) {
@@ -239,7 +273,7 @@ pub unsafe fn kernel(
         }
     };
     let Some(q) = route(intercept, stream, ptsz) else {
-        return direct(params, extra);
+        return observed(stream, ptsz, direct(params, extra));
     };
     // SAFETY: the application's arguments, valid during this call.
     let Some(mut args) = (unsafe { copy_args(f, params, extra) }) else {
@@ -325,7 +359,7 @@ pub unsafe fn kernel_ex(
     };
     let Some(q) = route(intercept, stream, ptsz) else {
         // SAFETY: forwarding.
-        return unsafe { real_fn(config, f, params, extra) };
+        return observed(stream, ptsz, unsafe { real_fn(config, f, params, extra) });
     };
     // SAFETY: the application's arguments, valid during this call.
     let copied = unsafe { copy_args(f, params, extra) };
@@ -399,7 +433,7 @@ pub unsafe fn graph(
     let real_fn = unsafe { std::mem::transmute::<usize, GraphLaunchFn>(addr) };
     let Some(q) = route(intercept, stream, ptsz) else {
         // SAFETY: forwarding.
-        return unsafe { real_fn(exec, stream) };
+        return observed(stream, ptsz, unsafe { real_fn(exec, stream) });
     };
     let (exec, stream) = (exec as usize, stream as usize);
     // SAFETY (inside): forwarding the launch as made.

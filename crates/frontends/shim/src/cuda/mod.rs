@@ -5,6 +5,7 @@
 //! - [`exports`]: the wrappers, under libcuda's names;
 //! - [`launch`]: kernel and graph launches become XQueue commands ([`hal`]);
 //! - [`streams`]: a stream's queue, and the ordering rules every other call follows;
+//! - [`observe`]: pass-through mode, where queues only observe; [`lv3`]: the process's timeslice;
 //! - [`settings`], [`chaos`]: what `xpreempt run` asks for; random suspensions for testing.
 
 mod chaos;
@@ -12,6 +13,8 @@ pub mod driver;
 mod exports;
 pub mod hal;
 mod launch;
+mod lv3;
+mod observe;
 pub mod real;
 mod resolve;
 pub mod settings;

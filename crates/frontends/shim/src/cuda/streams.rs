@@ -9,12 +9,13 @@ use super::driver::{
 };
 use super::hal::StreamHal;
 use super::settings::{Settings, settings};
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use xpreempt_agent::{Agent, Declaration, Options};
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
-use xpreempt_core::{Hints, QueueConfig};
+use xpreempt_core::{Hints, Level, QueueConfig};
 
 pub struct StreamQueue {
     pub xq: Arc<SharedXQueue<StreamHal>>,
@@ -67,10 +68,19 @@ pub fn turn_off(why: &str) {
     }
 }
 
+/// Whether streams get queues (to go through, or, in pass-through mode, to be observed).
+pub fn enabled() -> bool {
+    settings().intercept && !OFF.load(Ordering::Relaxed)
+}
+
 /// Whether calls go through xpreempt's queues (pass-through mode forwards them untouched).
 pub fn active() -> bool {
-    let s = settings();
-    s.intercept && !s.pass_through && !OFF.load(Ordering::Relaxed)
+    enabled() && !settings().pass_through
+}
+
+/// Pass-through mode: launches go straight to the driver and their queues only observe.
+pub fn observing() -> bool {
+    enabled() && settings().pass_through
 }
 
 fn queues() -> MutexGuard<'static, Option<HashMap<Key, Option<Arc<StreamQueue>>>>> {
@@ -149,12 +159,39 @@ fn key(stream: Handle) -> (Key, bool, usize) {
     }
 }
 
+/// Bumped whenever a queue leaves the map, so that no thread's cached lookup outlives it.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The last stream this thread launched on: launches come in runs on one stream, and this
+    /// spares them the process-wide lock.
+    static LAST: RefCell<Option<(Key, u64, Arc<StreamQueue>)>> = const { RefCell::new(None) };
+}
+
 /// The queue of a stream, made on first use; `None` to pass through.
 pub fn queue(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
-    if !active() || is_per_thread(stream, ptsz) {
+    if !enabled() || is_per_thread(stream, ptsz) {
         return None;
     }
     let (k, legacy, ctx) = key(stream);
+    let generation = GENERATION.load(Ordering::SeqCst);
+    let cached = LAST.with(|l| {
+        l.borrow()
+            .as_ref()
+            .filter(|(lk, lg, _)| *lk == k && *lg == generation)
+            .map(|(_, _, q)| q.clone())
+    });
+    if cached.is_some() {
+        return cached;
+    }
+    let found = lookup(k, legacy, ctx, stream);
+    if let Some(q) = &found {
+        LAST.with(|l| *l.borrow_mut() = Some((k, generation, q.clone())));
+    }
+    found
+}
+
+fn lookup(k: Key, legacy: bool, ctx: usize, stream: Handle) -> Option<Arc<StreamQueue>> {
     if let Some(found) = queues().as_ref().and_then(|m| m.get(&k)) {
         return found.clone();
     }
@@ -222,7 +259,9 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
         interleave: None,
         level: s.level,
     };
-    match agent.queue(decl, config, StreamHal::new(ctx, hal_stream)) {
+    let lv3 = s.level == Level::Lv3 && super::lv3::available();
+    let hal = StreamHal::new(ctx, hal_stream, lv3, s.pass_through);
+    match agent.queue(decl, config, hal) {
         Ok(xq) => Some(Arc::new(StreamQueue {
             xq,
             ctx: ctx as usize,
@@ -239,10 +278,16 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
 
 /// A stream is destroyed: what it holds goes out first, then it leaves the scheduler.
 pub fn forget(stream: Handle) {
+    if !enabled() {
+        return;
+    }
     let (k, _, _) = key(stream);
     let gone = queues().as_mut().and_then(|m| m.remove(&k)).flatten();
+    GENERATION.fetch_add(1, Ordering::SeqCst);
     if let Some(q) = gone {
         q.wait_launched();
+        // The driver completes the stream's work after the destroy; nothing here waits for it.
+        q.xq.hal().retire();
         if let Some(Some(a)) = AGENT.get() {
             a.remove(Preemptible::queue_id(&*q.xq));
         }
@@ -252,18 +297,22 @@ pub fn forget(stream: Handle) {
 /// Before a context goes away: every queue's work goes out and completes, and the queues (their
 /// events, their watchers) leave before the driver frees what they use.
 pub fn forget_all() {
-    if !active() {
+    if !enabled() {
         return;
     }
     let gone: Vec<Arc<StreamQueue>> = queues()
         .as_mut()
         .map(|m| m.drain().filter_map(|(_, q)| q).collect())
         .unwrap_or_default();
+    GENERATION.fetch_add(1, Ordering::SeqCst);
     for q in gone {
         q.wait_launched();
         if let Err(e) = q.xq.wait_all() {
             shim_log!("waiting for a stream before its context goes: {e}");
         }
+        // Whoever drops the queue last (the scheduler, the chaos thread) must not touch events
+        // of a context that is gone by then.
+        q.xq.hal().retire();
         if let Some(Some(a)) = AGENT.get() {
             a.remove(Preemptible::queue_id(&*q.xq));
         }
@@ -273,7 +322,7 @@ pub fn forget_all() {
 /// Before a stream capture begins: nothing of the process is in flight, so no completion
 /// watcher touches the driver while the capture runs.
 pub fn quiesce() {
-    if !active() {
+    if !enabled() {
         return;
     }
     for q in all() {

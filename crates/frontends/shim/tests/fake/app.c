@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 typedef int (*getproc_t)(const char *, void **, int, unsigned long long, int *);
 typedef int (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -33,6 +34,8 @@ int main(int argc, char **argv) {
         }
     }
     if (sync(stream)) return 6;
+    /* Time for the shim's threads to act on what they saw (the pass-through observer). */
+    if (getenv("FAKE_APP_LINGER_MS")) usleep(1000 * atoi(getenv("FAKE_APP_LINGER_MS")));
     unsigned long long (*seen)(void) = (unsigned long long (*)(void))dlsym(RTLD_DEFAULT, "xpreempt_shim_cuda_launches");
     printf("%llu\n", seen ? seen() : 0ULL);
     return 0;
