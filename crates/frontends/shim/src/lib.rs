@@ -10,5 +10,6 @@
 
 #[macro_use]
 mod log;
+mod crash;
 pub mod cuda;
 pub mod rm;

@@ -27,6 +27,9 @@ fn build(dir: &Path) -> (PathBuf, PathBuf) {
     gcc(&[
         "-shared",
         "-fPIC",
+        // Like the real libcuda, the entry points it hands out are its own, not whatever an
+        // LD_PRELOAD exports under the same name.
+        "-Wl,-Bsymbolic",
         "-O1",
         "-o",
         lib.to_str().unwrap(),

@@ -5,7 +5,7 @@ use super::driver::{self, CUresult, CtxGuard, Handle, SUCCESS};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, Launched, Level, Op, Seq};
 
@@ -68,6 +68,11 @@ pub struct StreamHal {
     lv3: bool,
     /// Interrupted at Lv3 and not restored yet.
     interrupted: AtomicBool,
+    /// Set by `retire`: threads polling an event outside the lock stop, so that its events can
+    /// be destroyed under nobody's feet.
+    gone: AtomicBool,
+    /// Threads polling one of the queue's events outside the lock.
+    pollers: AtomicU32,
     /// Pass-through: the application's launches go straight to the driver and the queue's
     /// commands are markers that only report activity (see `observe`).
     pub(super) observer: Option<super::observe::Observer>,
@@ -86,6 +91,8 @@ impl StreamHal {
             stream,
             lv3,
             interrupted: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+            pollers: AtomicU32::new(0),
             observer: observe.then(super::observe::Observer::default),
             state: Mutex::new(State {
                 sync: VecDeque::new(),
@@ -115,12 +122,19 @@ impl StreamHal {
     /// Before the stream or its context goes away: releases the queue's events (a record still
     /// pending completes first in the driver) and stops the queue's driver calls for good.
     pub fn retire(&self) {
-        let mut g = self.lock();
-        if g.retired {
-            return;
+        {
+            let mut g = self.lock();
+            if g.retired {
+                return;
+            }
+            g.retired = true;
+            g.completed = g.launched;
         }
-        g.retired = true;
-        g.completed = g.launched;
+        self.gone.store(true, Ordering::SeqCst);
+        while self.pollers.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(POLL);
+        }
+        let mut g = self.lock();
         if self.interrupted.swap(false, Ordering::SeqCst) {
             let _ = super::lv3::restore();
         }
@@ -290,23 +304,32 @@ impl HwQueue for StreamHal {
                         "synchronize beyond the launched commands",
                     ));
                 }
-                match g.sync.iter().find(|&&(m, _)| m >= upto) {
+                let ev = match g.sync.iter().find(|&&(m, _)| m >= upto) {
                     Some(&(_, ev)) => ev,
                     None => {
                         let tail = g.launched;
                         self.record(&mut g, tail)?
                     }
-                }
+                };
+                // Counted under the lock: `retire` (which takes it first) waits for this poll.
+                self.pollers.fetch_add(1, Ordering::SeqCst);
+                ev
             };
             // Waiting without the lock; a reaped and re-recorded event only ends the wait later.
             // Polled with short sleeps instead of cuEventSynchronize: a thread spinning inside
             // libcuda next to the application's launching thread slows its launches.
-            loop {
-                match driver::cuEventQuery(ev) {
-                    SUCCESS => break,
-                    driver::ERROR_NOT_READY => std::thread::sleep(POLL),
-                    e => return Err(backend("cuEventQuery", e)),
+            let r = loop {
+                if self.gone.load(Ordering::SeqCst) {
+                    break SUCCESS;
                 }
+                match driver::cuEventQuery(ev) {
+                    driver::ERROR_NOT_READY => std::thread::sleep(POLL),
+                    r => break r,
+                }
+            };
+            self.pollers.fetch_sub(1, Ordering::SeqCst);
+            if r != SUCCESS {
+                return Err(backend("cuEventQuery", r));
             }
         }
     }
@@ -324,9 +347,10 @@ impl Drop for StreamHal {
         if g.sync.is_empty() && g.free.is_empty() {
             return;
         }
+        // Destroyed without waiting (the driver frees an event once its record completes): a
+        // wait here could fall inside another thread's stream capture and invalidate it.
         let _ctx = CtxGuard::enter(self.ctx);
         for &(_, ev) in &g.sync {
-            driver::cuEventSynchronize(ev);
             driver::cuEventDestroy_v2(ev);
         }
         for &ev in &g.free {

@@ -58,7 +58,7 @@ fn is_libcuda(name: &CStr, addr: usize) -> bool {
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     // SAFETY: forwarded.
     let found = unsafe { real::dlsym(handle, name) };
-    if found.is_null() || name.is_null() || !streams::active() || !real::libcuda_loaded() {
+    if found.is_null() || name.is_null() || !streams::enabled() || !real::libcuda_loaded() {
         return found;
     }
     std::panic::catch_unwind(|| {
@@ -95,7 +95,7 @@ fn export_name(addr: usize) -> Option<&'static CStr> {
 /// # Safety
 /// `pfn` is the out-pointer the caller gave cuGetProcAddress.
 unsafe fn swap_in_wrapper(pfn: *mut *mut c_void) {
-    if pfn.is_null() || !streams::active() {
+    if pfn.is_null() || !streams::enabled() {
         return;
     }
     let _ = std::panic::catch_unwind(|| {

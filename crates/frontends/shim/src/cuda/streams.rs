@@ -12,7 +12,7 @@ use super::settings::{Settings, settings};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use xpreempt_agent::{Agent, Declaration, Options};
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
 use xpreempt_core::{Hints, Level, QueueConfig};
@@ -105,16 +105,19 @@ extern "C" fn at_exit() {
         // A forked child (the queues and their threads are the parent's), or already drained.
         return;
     }
-    // Whatever the scheduler holds back goes out before libcuda's own exit handlers run.
+    // Whatever the scheduler holds back goes out before libcuda's own exit handlers run, and
+    // the queues stop calling the driver before those handlers tear the contexts down.
     super::chaos::stop();
     for q in all() {
         q.wait_launched();
+        q.xq.hal().retire();
     }
 }
 
 fn agent(s: &Settings) -> Option<&'static Agent> {
     AGENT
         .get_or_init(|| {
+            crate::crash::install();
             HOOKS.call_once(|| {
                 // SAFETY: registering plain extern "C" functions without captured state.
                 unsafe {
@@ -165,7 +168,8 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     /// The last stream this thread launched on: launches come in runs on one stream, and this
     /// spares them the process-wide lock.
-    static LAST: RefCell<Option<(Key, u64, Arc<StreamQueue>)>> = const { RefCell::new(None) };
+    /// Weak: the cache must not keep a forgotten queue (and its events) alive.
+    static LAST: RefCell<Option<(Key, u64, Weak<StreamQueue>)>> = const { RefCell::new(None) };
 }
 
 /// The queue of a stream, made on first use; `None` to pass through.
@@ -179,14 +183,14 @@ pub fn queue(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
         l.borrow()
             .as_ref()
             .filter(|(lk, lg, _)| *lk == k && *lg == generation)
-            .map(|(_, _, q)| q.clone())
+            .and_then(|(_, _, q)| q.upgrade())
     });
     if cached.is_some() {
         return cached;
     }
     let found = lookup(k, legacy, ctx, stream);
     if let Some(q) = &found {
-        LAST.with(|l| *l.borrow_mut() = Some((k, generation, q.clone())));
+        LAST.with(|l| *l.borrow_mut() = Some((k, generation, Arc::downgrade(q))));
     }
     found
 }
