@@ -50,7 +50,7 @@ for step in $STEPS; do
         [ "$got" = "$want" ] || FAILED="$FAILED torch-chaos$seed"
       done ;;
     apps)
-      XPREEMPT_BIN=$XP LEVELS="${LEVELS:-1 3}" CHAOS_SEEDS="${CHAOS_SEEDS:-1 2}" RESULTS=/tmp/apps-results \
+      XPREEMPT_SHIM_BACKTRACE=1 XPREEMPT_BIN=$XP LEVELS="${LEVELS:-1 3}" CHAOS_SEEDS="${CHAOS_SEEDS:-1 2}" RESULTS=/tmp/apps-results \
         bash "$ROOT/tests/cuda-apps/run.sh" /tmp/apps-build || FAILED="$FAILED apps"
       cp /tmp/apps-results/summary.json "$OUT/cuda-apps.json" 2>/dev/null
       grep -A12 "^failures\|FAIL\|fail " /tmp/apps-results/summary.txt | head -60

@@ -109,6 +109,20 @@ impl StreamHal {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A thread starts polling one of the queue's events outside the lock (call with it held).
+    pub(super) fn begin_poll(&self) {
+        self.pollers.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(super) fn end_poll(&self) {
+        self.pollers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// `retire` has begun: pollers stop.
+    pub(super) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::SeqCst)
+    }
+
     /// Whether the queue is interrupted through the process's timeslice (Lv3).
     pub fn lv3(&self) -> bool {
         self.lv3
@@ -290,8 +304,12 @@ impl HwQueue for StreamHal {
         if let Some(o) = &self.observer {
             return o.synchronize(self, upto);
         }
-        // A retired queue's context may be gone: it must not be made current.
-        let _ctx = (!self.lock().retired).then(|| CtxGuard::enter(self.ctx));
+        // A retired queue's context may be gone: it must not be made current. (Checked and
+        // entered under the lock, so `retire` cannot slip in between.)
+        let _ctx = {
+            let g = self.lock();
+            (!g.retired).then(|| CtxGuard::enter(self.ctx))
+        };
         loop {
             let ev = {
                 let mut g = self.lock();
@@ -312,7 +330,7 @@ impl HwQueue for StreamHal {
                     }
                 };
                 // Counted under the lock: `retire` (which takes it first) waits for this poll.
-                self.pollers.fetch_add(1, Ordering::SeqCst);
+                self.begin_poll();
                 ev
             };
             // Waiting without the lock; a reaped and re-recorded event only ends the wait later.
@@ -327,7 +345,7 @@ impl HwQueue for StreamHal {
                     r => break r,
                 }
             };
-            self.pollers.fetch_sub(1, Ordering::SeqCst);
+            self.end_poll();
             if r != SUCCESS {
                 return Err(backend("cuEventQuery", r));
             }

@@ -109,19 +109,26 @@ impl Observer {
                 None => driver::new_event().map_err(|e| backend("cuEventCreate", e))?,
             };
             match driver::cuEventRecord(ev, hal.stream) {
-                SUCCESS => ev,
+                SUCCESS => {}
                 e => {
                     g.free.push(ev);
                     return Err(backend("cuEventRecord", e));
                 }
             }
+            // Counted under the lock, as in `StreamHal::synchronize`: `retire` waits for it.
+            hal.begin_poll();
+            ev
         };
         let r = loop {
+            if hal.is_gone() {
+                break SUCCESS;
+            }
             match driver::cuEventQuery(ev) {
                 driver::ERROR_NOT_READY => std::thread::sleep(POLL),
                 r => break r,
             }
         };
+        hal.end_poll();
         let mut g = hal.lock();
         // A retired queue's context may be gone with its events: nothing may touch them again.
         if !g.retired {
