@@ -8,8 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn build_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("xpreempt-intercept-{}", std::process::id()));
+/// One directory per test: tests run in parallel and each builds its own fake driver and app.
+fn build_dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("xpreempt-intercept-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -110,7 +111,7 @@ fn check_order(r: &Run) {
 
 #[test]
 fn launches_go_through_the_queues_in_order_with_their_own_arguments() {
-    let dir = build_dir();
+    let dir = build_dir("order");
     let (_, app) = build(&dir);
 
     let off = run(&dir, &app, "off", &[]);
@@ -150,7 +151,7 @@ fn launches_go_through_the_queues_in_order_with_their_own_arguments() {
 
 #[test]
 fn pass_through_forwards_every_launch_as_made_and_watches_the_stream() {
-    let dir = build_dir();
+    let dir = build_dir("pass");
     let (_, app) = build(&dir);
     let r = run(
         &dir,
