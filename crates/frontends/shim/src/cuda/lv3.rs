@@ -30,11 +30,6 @@ fn set(us: u64) -> Result<(), CUresult> {
 
 /// One more interrupted queue; the first lowers the process's slice. On failure nothing changed.
 pub fn interrupt() -> Result<(), CUresult> {
-    if super::streams::CAPTURES.load(std::sync::atomic::Ordering::SeqCst) > 0 {
-        // Seen on the device: a timeslice change while the process captures a graph can
-        // invalidate the capture. The suspension drains at Lv1 instead.
-        return Err(ERROR_NOT_FOUND);
-    }
     let mut n = INTERRUPTED.lock().unwrap_or_else(|p| p.into_inner());
     if *n == 0 {
         set(INTERRUPTED_TIMESLICE_US)?;
