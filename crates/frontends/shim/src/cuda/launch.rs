@@ -140,11 +140,21 @@ unsafe fn copy_args(f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void
 
 /// Launches that went through an XQueue in this process.
 static QUEUED: AtomicU64 = AtomicU64::new(0);
+/// Of those, the ones that waited in the pending buffer instead of reaching the driver during
+/// the application's call.
+static BUFFERED: AtomicU64 = AtomicU64::new(0);
 
 /// How many launches went through xpreempt's queues in this process (0: not intercepting).
 #[unsafe(no_mangle)]
 pub extern "C" fn xpreempt_shim_cuda_launches() -> u64 {
     QUEUED.load(Ordering::Relaxed)
+}
+
+/// How many of those were buffered (held back and launched later from the pending buffer), so
+/// a test can tell that it exercised the buffer.
+#[unsafe(no_mangle)]
+pub extern "C" fn xpreempt_shim_cuda_buffered() -> u64 {
+    BUFFERED.load(Ordering::Relaxed)
 }
 
 /// Submits a deferred call to `q`, returning the driver's status when it launched at once.
@@ -157,6 +167,7 @@ fn submit(q: &StreamQueue, call: impl FnOnce() -> CUresult + Send + 'static) -> 
     let (r, launched) = submitting(|| q.xq.submit_with_retry(cmd, Duration::from_secs(3600)));
     if r.is_ok() && !launched {
         q.note_held();
+        BUFFERED.fetch_add(1, Ordering::Relaxed);
     }
     match r {
         Ok(_) => SUCCESS,
