@@ -45,8 +45,14 @@ macro_rules! real_fn {
 
 real_fn!(pub cuEventCreate: fn(ev: *mut Handle, flags: u32));
 real_fn!(pub cuEventRecord: fn(ev: Handle, stream: Handle));
-real_fn!(pub cuEventQuery: fn(ev: Handle));
-real_fn!(pub cuEventSynchronize: fn(ev: Handle));
+/// The driver's own event query and synchronize; the shim calls them through
+/// [`cuEventQuery`] and [`cuEventSynchronize`] below.
+mod raw {
+    use super::*;
+    real_fn!(pub cuEventQuery: fn(ev: Handle));
+    real_fn!(pub cuEventSynchronize: fn(ev: Handle));
+    real_fn!(pub cuThreadExchangeStreamCaptureMode: fn(mode: *mut u32));
+}
 real_fn!(pub cuEventDestroy_v2: fn(ev: Handle));
 real_fn!(pub cuCtxGetCurrent: fn(ctx: *mut Handle));
 real_fn!(pub cuCtxPushCurrent_v2: fn(ctx: Handle));
@@ -58,6 +64,33 @@ real_fn!(pub cuStreamIsCapturing: fn(stream: Handle, status: *mut u32));
 real_fn!(pub cuFuncGetParamInfo: fn(f: Handle, index: usize, offset: *mut usize, size: *mut usize));
 real_fn!(pub cuKernelGetParamInfo: fn(f: Handle, index: usize, offset: *mut usize, size: *mut usize));
 real_fn!(pub cuCtxGetStreamPriorityRange: fn(least: *mut i32, greatest: *mut i32));
+
+const STREAM_CAPTURE_MODE_RELAXED: u32 = 2;
+
+/// Runs `f` (one of the shim's own waits on its own events) in the relaxed stream-capture mode.
+/// Beside another thread's stream capture in the global mode (CUDA's default), CUDA counts an
+/// event query or synchronize as a potentially unsafe call and invalidates that capture; the
+/// shim's completion watchers query events all the time, so an application that captures while
+/// it launches on other streams would see its capture fail only under the shim.
+fn relaxed(f: impl FnOnce() -> CUresult) -> CUresult {
+    let mut mode = STREAM_CAPTURE_MODE_RELAXED;
+    let swapped = raw::cuThreadExchangeStreamCaptureMode(&mut mode) == SUCCESS;
+    let r = f();
+    if swapped {
+        raw::cuThreadExchangeStreamCaptureMode(&mut mode);
+    }
+    r
+}
+
+#[allow(non_snake_case)]
+pub fn cuEventQuery(ev: Handle) -> CUresult {
+    relaxed(|| raw::cuEventQuery(ev))
+}
+
+#[allow(non_snake_case)]
+pub fn cuEventSynchronize(ev: Handle) -> CUresult {
+    relaxed(|| raw::cuEventSynchronize(ev))
+}
 
 /// Makes `ctx` current on this thread for the guard's life, if it is not already.
 pub struct CtxGuard {
