@@ -172,7 +172,7 @@ forward!(cuMemFree_v2(a) drain_all);
 forward!(cuMemFreeHost(a) drain_all);
 forward!(cuModuleUnload(a) unload);
 forward!(cuLibraryUnload(a) unload);
-forward!(cuCtxSynchronize() drain_all);
+// cuCtxSynchronize: below, with the stream synchronizes.
 forward!(cuCtxSynchronize_v2(c) drain_all);
 forward!(cuCtxDestroy_v2(a) teardown);
 forward!(cuDevicePrimaryCtxRelease_v2(a) teardown);
@@ -307,17 +307,52 @@ macro_rules! stream_sync {
 stream_sync!(cuStreamSynchronize, ptsz false);
 stream_sync!(cuStreamSynchronize_ptsz, ptsz true);
 
+/// Everything buffered goes out first; then, as cuStreamSynchronize does for its stream, the
+/// error of a launch the driver refused from a pending buffer of the current context (natively
+/// the launch call returned it; an application that checks with cudaDeviceSynchronize would
+/// never see it otherwise).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
+    let real = real!(cuCtxSynchronize);
+    let sticky = std::panic::catch_unwind(|| {
+        // (A forked child must not touch the queues: their lock may be held by a thread that
+        // only the parent has.)
+        if !streams::active() {
+            return SUCCESS;
+        }
+        streams::drain_all();
+        let ctx = super::driver::current_ctx() as usize;
+        streams::all()
+            .iter()
+            .filter(|q| q.ctx == ctx)
+            .map(|q| q.xq.hal().take_sticky())
+            .find(|&e| e != SUCCESS)
+            .unwrap_or(SUCCESS)
+    })
+    .unwrap_or(SUCCESS);
+    let r = call_real!(real,);
+    if r == SUCCESS { sticky } else { r }
+}
+
 macro_rules! stream_query {
     ($name:ident, ptsz $p:expr) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(s: usize) -> CUresult {
             let real = real!($name);
-            let held = std::panic::catch_unwind(|| {
-                streams::existing(s as Handle, $p).is_some_and(|q| q.xq.pending_len() > 0)
+            // NOT_READY while the stream holds buffered commands; then the error of a launch the
+            // driver refused from the buffer, once, as cuStreamSynchronize reports it.
+            let answer = std::panic::catch_unwind(|| {
+                streams::existing(s as Handle, $p).map_or(SUCCESS, |q| {
+                    if q.xq.pending_len() > 0 {
+                        ERROR_NOT_READY
+                    } else {
+                        q.xq.hal().take_sticky()
+                    }
+                })
             })
-            .unwrap_or(false);
-            if held {
-                return ERROR_NOT_READY;
+            .unwrap_or(SUCCESS);
+            if answer != SUCCESS {
+                return answer;
             }
             call_real!(real, s)
         }
