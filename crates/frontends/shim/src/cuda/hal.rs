@@ -136,6 +136,17 @@ impl StreamHal {
     /// Before the stream or its context goes away: releases the queue's events (a record still
     /// pending completes first in the driver) and stops the queue's driver calls for good.
     pub fn retire(&self) {
+        self.stop(true);
+    }
+
+    /// At exit: like `retire`, but the events are left to the process's end. The CUDA runtime's
+    /// own exit handler may already have torn the contexts down (it registers itself again
+    /// after a device reset, and then runs before the shim's), and then they are gone already.
+    pub fn retire_at_exit(&self) {
+        self.stop(false);
+    }
+
+    fn stop(&self, destroy_events: bool) {
         {
             let mut g = self.lock();
             if g.retired {
@@ -147,6 +158,9 @@ impl StreamHal {
         self.gone.store(true, Ordering::SeqCst);
         while self.pollers.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(POLL);
+        }
+        if !destroy_events {
+            return;
         }
         let mut g = self.lock();
         if self.interrupted.swap(false, Ordering::SeqCst) {
@@ -360,6 +374,10 @@ impl Drop for StreamHal {
         }
         if let Some(o) = &self.observer {
             o.release_hold();
+        }
+        if *self.gone.get_mut() {
+            // Retired: its events were destroyed then, or left to the process's end.
+            return;
         }
         let g = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         if g.sync.is_empty() && g.free.is_empty() {

@@ -110,7 +110,20 @@ extern "C" fn at_exit() {
     super::chaos::stop();
     for q in all() {
         q.wait_launched();
-        q.xq.hal().retire();
+        q.xq.hal().retire_at_exit();
+    }
+}
+
+/// A context was torn down: the CUDA runtime registers its exit handler again when it comes
+/// back, and exit handlers run last-registered first, so the shim registers `at_exit` again at
+/// its next queue, to run before the runtime's (seen on the device: after a device reset, the
+/// shim's exit handler found the contexts gone).
+static REARM_EXIT: AtomicBool = AtomicBool::new(false);
+
+fn rearm_exit_handler() {
+    if REARM_EXIT.swap(false, Ordering::SeqCst) {
+        // SAFETY: registering a plain extern "C" function; running it twice is harmless.
+        unsafe { libc::atexit(at_exit) };
     }
 }
 
@@ -227,6 +240,7 @@ pub fn existing(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
 fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
     let s = settings();
     let agent = agent(s)?;
+    rearm_exit_handler();
     let mut ctx = ctx as Handle;
     let mut flags = 0u32;
     if !legacy
@@ -309,6 +323,7 @@ pub fn forget_all() {
         .map(|m| m.drain().filter_map(|(_, q)| q).collect())
         .unwrap_or_default();
     GENERATION.fetch_add(1, Ordering::SeqCst);
+    REARM_EXIT.store(true, Ordering::SeqCst);
     for q in gone {
         q.wait_launched();
         if let Err(e) = q.xq.wait_all() {
