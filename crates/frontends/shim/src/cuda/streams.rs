@@ -324,6 +324,9 @@ pub fn forget_all() {
         .unwrap_or_default();
     GENERATION.fetch_add(1, Ordering::SeqCst);
     REARM_EXIT.store(true, Ordering::SeqCst);
+    if crate::log::log_enabled() {
+        shim_log!("context teardown: {} queue(s) retired", gone.len());
+    }
     for q in gone {
         q.wait_launched();
         if let Err(e) = q.xq.wait_all() {
