@@ -39,13 +39,31 @@ fn sources(dir: &Path) -> Vec<String> {
     v
 }
 
+/// Removes the build directories (and logs) of earlier runs whose process is gone; a failed
+/// run's logs stay until the next run.
+fn remove_stale(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("sim-")) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// The driver and the application, built once per test binary.
 pub fn build() -> &'static Build {
     static B: OnceLock<Build> = OnceLock::new();
     B.get_or_init(|| {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sim");
-        let dir =
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sim-{}", std::process::id()));
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        remove_stale(tmp);
+        let dir = tmp.join(format!("sim-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let lib = dir.join("libcuda.so.1");
         let app = dir.join("app");

@@ -50,7 +50,10 @@ static struct stream *per_thread(struct ctx *x) {
     for (int i = 0; i < n_per_thread; i++)
         if (per_thread_streams[i].ctx == x) return per_thread_streams[i].s;
     struct stream *s = new_stream(x, S_PER_THREAD, 0);
-    if (n_per_thread < PER_THREAD_MAX) per_thread_streams[n_per_thread++].ctx = x, per_thread_streams[n_per_thread - 1].s = s;
+    if (n_per_thread < PER_THREAD_MAX) {
+        per_thread_streams[n_per_thread].ctx = x;
+        per_thread_streams[n_per_thread++].s = s;
+    }
     return s;
 }
 

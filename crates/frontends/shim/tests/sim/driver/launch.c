@@ -129,7 +129,6 @@ static CUresult launch(void *fh, void *h, void **params, void **extra, int ptsz)
         if (g->n < 256) g->nodes[g->n++] = kernel_cmd(f, &a);
         sim_log("captured stream=%d id=%ld", s->id, a.id);
     } else {
-        r = s->capturing ? E_CAPTURE_UNSUPPORTED : OK;
         struct stream *t = implicit_capture(s);
         if (t) {
             t->invalidated = 1;

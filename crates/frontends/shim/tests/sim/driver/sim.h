@@ -11,9 +11,13 @@
  * handler, arguments overwritten before the launch) are logged as "violation" lines.
  *
  * The log ($SIM_LOG, appended with one write(2) per line) has:
- *   submit n=N pid=P thread=main|other stream=S kind=K id=I
- *   done n=N stream=S kind=K id=I start=T end=T graph=G
- *   violation TEXT          capture-error CALL          child CALL          exit cmds=N
+ *   submit n=N pid=P thread=main|other stream=S kind=K id=I   (the command reached the device)
+ *   done n=N stream=S kind=K id=I start=T end=T graph=G      (it ran; T: the device's ticks)
+ *   violation TEXT                 (something a real driver would refuse, or lost work)
+ *   refused id=I                   (a launch refused on purpose, flag F_REFUSE)
+ *   capture-begin/-end, captured, capture-error CALL   (stream capture)
+ *   free, unload, ctx-destroyed, stream-destroyed       (the synchronous calls)
+ *   child CALL, late CALL, exit cmds=N   (calls in a forked child, after exit; the exit handler)
  * Kinds: K kernel, C copy, S memset, R event record, W event wait, H host function. */
 #ifndef SIM_H
 #define SIM_H
