@@ -105,6 +105,9 @@ pub struct Config {
     pub name: String,
     /// Under the shim with interception on (else: the simulated driver alone).
     pub shim: bool,
+    /// Launches go through the shim's queues (not pass-through): the application's checks of
+    /// the shim's counters apply.
+    pub queued: bool,
     pub env: Vec<(String, String)>,
 }
 
@@ -114,6 +117,7 @@ pub fn native() -> Config {
     Config {
         name: "native".into(),
         shim: false,
+        queued: false,
         env: Vec::new(),
     }
 }
@@ -124,8 +128,16 @@ fn intercepting(name: String, env: &[(&str, String)]) -> Config {
     Config {
         name,
         shim: true,
+        queued: true,
         env: v,
     }
+}
+
+/// Pass-through mode: every call goes to the driver as made while the queues only observe.
+pub fn pass_through() -> Config {
+    let mut c = intercepting("pass".into(), &[("XPREEMPT_PASS_THROUGH", "1".into())]);
+    c.queued = false;
+    c
 }
 
 /// The shim's defaults (a window of 16 with a sync point every 4 launches).
@@ -182,11 +194,12 @@ impl Proc {
             .env("SIM_LOG", &log)
             // Never a daemon of this machine: local mode unless a test gives its own socket.
             .env("XPREEMPT_SOCKET", b.dir.join("no-daemon.sock"))
-            .env("APP_UNDER_SHIM", if config.shim { "1" } else { "0" })
+            .env("APP_UNDER_SHIM", if config.queued { "1" } else { "0" })
             .env_remove("XPREEMPT_INTERCEPT")
             .env_remove("XPREEMPT_CHAOS")
             .env_remove("XPREEMPT_WINDOW")
             .env_remove("XPREEMPT_PRIORITY")
+            .env_remove("XPREEMPT_PASS_THROUGH")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap());
@@ -318,12 +331,13 @@ pub fn run(scenario: &str, config: &Config) -> Outcome {
     Proc::spawn(scenario, config, &[]).finish()
 }
 
-/// Runs a scenario natively, with the shim's defaults, with a window of one and under random
-/// suspensions, applying `check` to each; under the window of one, launches must have been
-/// buffered.
+/// Runs a scenario natively, in pass-through mode, with the shim's defaults, with a window of
+/// one and under random suspensions, applying `check` to each; under the window of one,
+/// launches must have been buffered.
 pub fn everywhere(scenario: &str, check: impl Fn(&Outcome)) {
     let configs = [
         native(),
+        pass_through(),
         defaults(),
         window1(),
         chaos(1),
@@ -332,7 +346,7 @@ pub fn everywhere(scenario: &str, check: impl Fn(&Outcome)) {
     ];
     for config in &configs {
         let o = run(scenario, config);
-        if config.shim {
+        if config.queued {
             assert!(
                 o.launches > 0,
                 "{}: nothing went through the shim's queues",

@@ -80,7 +80,7 @@ fn a_buffered_launch_the_driver_refuses_is_reported_at_the_next_synchronize() {
             .find_map(|l| l.strip_prefix("sticky buffered="))
             .and_then(|v| v.parse().ok())
             .expect("the scenario says how many refused launches were buffered");
-        if config.shim {
+        if config.queued {
             assert_eq!(
                 buffered, 10,
                 "{}: every refused launch waited behind a gate",
@@ -104,7 +104,7 @@ fn a_refused_buffered_launch_is_reported_by_a_context_synchronize_or_a_stream_qu
     for config in [native(), window1()] {
         let o = run("sticky-elsewhere", &config);
         let buffered = o.stdout.iter().any(|l| l == "sticky buffered=4");
-        assert_eq!(buffered, config.shim, "{}: {:?}", o.label, o.stdout);
+        assert_eq!(buffered, config.queued, "{}: {:?}", o.label, o.stdout);
         assert_eq!(o.log.lines_with("refused ").len(), 4, "{}", o.label);
     }
 }

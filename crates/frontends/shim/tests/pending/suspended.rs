@@ -19,6 +19,7 @@ fn under_daemon(socket: &Path, priority: i32) -> Config {
     Config {
         name: format!("daemon-p{priority}"),
         shim: true,
+        queued: true,
         env: vec![
             ("XPREEMPT_INTERCEPT".into(), "1".into()),
             ("XPREEMPT_SOCKET".into(), socket.display().to_string()),

@@ -45,6 +45,8 @@ void fork_child(void) {
     pid_t pid = fork();
     EXPECT(pid >= 0, "fork failed");
     if (pid == 0) {
+        /* The watchdog thread is the parent's: a hung child ends by the alarm. */
+        alarm(30);
         /* The child's CUDA calls reach the driver as made (which refuses them: its context is
          * the parent's) without waiting for the parent's queues. */
         CUresult r = launch(a, 900, 0, 0, 0);
