@@ -287,6 +287,10 @@ where
 impl<H: HwQueue> Drop for SharedXQueue<H> {
     fn drop(&mut self) {
         self.inner.shutdown.store(true, Ordering::Relaxed);
+        // Taken once so that the watcher is either before its look at `shutdown` (it sees it)
+        // or already waiting (the notification reaches it): a notification between its look
+        // and its wait would be lost, and the join below would wait forever.
+        drop(self.inner.lock());
         self.inner.work.notify_all();
         if let Some(w) = self.watcher.take() {
             let _ = w.join();

@@ -1,0 +1,52 @@
+//! Stream capture under the shim: a capture starts after the buffered work, captured launches
+//! pass straight through, a graph launch is one command, and other streams' work during a capture
+//! does not break it.
+
+use crate::harness::everywhere;
+
+#[test]
+fn a_capture_begins_after_buffered_work_and_a_graph_launch_is_one_command() {
+    everywhere("capture", |o| {
+        let log = &o.log;
+        log.assert_in_order(&[1, 2]);
+        let begin = log.position("capture-begin", "").expect("a capture began");
+        let submitted = log.position("submit ", "id=2").unwrap();
+        assert!(
+            submitted < begin,
+            "{}: the capture began before kernel 2 reached the driver",
+            o.label
+        );
+        assert_eq!(log.lines_with("captured ").len(), 2, "{}", o.label);
+        // 20, the graph (10, 11), 21, the graph again: in this order on the device (one stream:
+        // the order they ended in).
+        let order: Vec<(i64, u64)> = log
+            .done
+            .iter()
+            .filter(|d| d.kind == 'K' && d.id >= 10)
+            .map(|d| (d.id, d.graph))
+            .collect();
+        assert_eq!(
+            order,
+            [(20, 0), (10, 1), (11, 1), (21, 0), (10, 2), (11, 2)],
+            "{}",
+            o.label
+        );
+    });
+}
+
+#[test]
+fn work_on_other_streams_during_a_capture_does_not_break_it() {
+    everywhere("capture-beside-work", |o| {
+        assert!(
+            o.log.lines_with("capture-error").is_empty(),
+            "{}: {:?}",
+            o.label,
+            o.log.lines_with("capture-error")
+        );
+        for m in 1..=3 {
+            o.log.assert_ran((0..30).map(|j| 1000 * m + j));
+            o.log.assert_ran((0..10).map(|j| 1000 * m + 100 + j));
+            o.log.assert_ran((0..8).map(|j| 1000 * m + 500 + j));
+        }
+    });
+}

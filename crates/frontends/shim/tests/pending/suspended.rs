@@ -1,0 +1,131 @@
+//! A suspension the test controls: under a real daemon (on a private socket), a high-priority
+//! process (`hold`) keeps the device with a gated kernel while a low-priority one (`suspended`)
+//! launches. Its launches wait in the buffer for certain; a stream query says not ready though the
+//! device has nothing of that stream; a record, a stream synchronize and a context synchronize
+//! made meanwhile wait without getting the queue resumed ahead of the holder (no priority
+//! inversion); when the holder lets go, everything completes (no deadlock) and a stream waiting
+//! for the event waits for the record made behind the buffered launches, not the earlier one.
+
+use crate::harness::{Config, Proc, build, native};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use xpreempt_core::sched::protocol::QueueState;
+use xpreempt_ipc::msg::QueueRow;
+use xpreempt_ipc::operator::Operator;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn under_daemon(socket: &Path, priority: i32) -> Config {
+    Config {
+        name: format!("daemon-p{priority}"),
+        shim: true,
+        queued: true,
+        env: vec![
+            ("XPREEMPT_INTERCEPT".into(), "1".into()),
+            ("XPREEMPT_SOCKET".into(), socket.display().to_string()),
+            ("XPREEMPT_PRIORITY".into(), priority.to_string()),
+            // Only the suspension holds launches back, never the window.
+            ("XPREEMPT_WINDOW".into(), "1000".into()),
+        ],
+    }
+}
+
+fn rows_of(rows: &[QueueRow], pid: u32) -> Vec<&QueueRow> {
+    rows.iter().filter(|r| r.process == pid).collect()
+}
+
+/// The process's queues are suspended where it matters: in the process (its queues counted
+/// more suspensions than resumes), not only in the daemon's view (whose state says whether a
+/// queue has work).
+fn held(rows: &[QueueRow], pid: u32) -> bool {
+    let mine = rows_of(rows, pid);
+    !mine.is_empty() && mine.iter().all(|r| r.preemptions > r.resumes)
+}
+
+fn holding(rows: &[QueueRow], pid: u32) -> bool {
+    rows_of(rows, pid)
+        .iter()
+        .any(|r| r.state == QueueState::Running)
+}
+
+fn submitted(log: &Path, id: i64) -> bool {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("submit ") && l.split(' ').any(|f| f == format!("id={id}")))
+}
+
+#[test]
+fn launches_held_by_a_suspension_are_waited_for_without_inversion_or_deadlock() {
+    let dir = build().dir.join(format!("daemon-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("xpreempt.sock");
+    let mut config = xpreempt_daemon::Config::new(socket.clone());
+    // The holder's gated kernel makes no progress on purpose: the watchdog must not step in.
+    config.watchdog = Duration::from_secs(120);
+    let daemon = xpreempt_daemon::Daemon::start(config).expect("the daemon starts");
+
+    let mut low = Proc::spawn("suspended", &under_daemon(&socket, 0), &[]);
+    low.expect("@ready");
+    let mut holder = Proc::spawn("hold", &under_daemon(&socket, 10), &[]);
+    holder.expect("@holding");
+    let (low_pid, holder_pid) = (low.child.id(), holder.child.id());
+    let mut op = Operator::connect(&socket).expect("the operator connects");
+    let t = Instant::now();
+    loop {
+        let rows = op.list().expect("list");
+        if holding(&rows, holder_pid) && held(&rows, low_pid) {
+            break;
+        }
+        assert!(
+            t.elapsed() < PATIENCE,
+            "the low process was never suspended: {rows:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    low.send("go");
+    low.expect("@blocked");
+    // While the holder holds, the low process's blocked record and synchronizes leave its queue
+    // suspended and its buffered kernels off the device.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(300) {
+        let rows = op.list().expect("list");
+        assert!(
+            held(&rows, low_pid) && holding(&rows, holder_pid),
+            "the low process's queue ran while the holder held the device: {rows:#?}"
+        );
+        assert!(
+            !submitted(&low.log, 2) && !submitted(&low.log, 3),
+            "a suspended queue's kernel reached the driver (log {})",
+            low.log.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    low.send("check");
+    low.expect("@checked");
+
+    holder.send("release");
+    holder.finish();
+    low.send("finish");
+    let o = low.finish();
+    assert!(o.buffered >= 2, "{}: nothing was buffered", o.label);
+    o.log.assert_in_order(&[1, 2, 3]);
+    o.log.assert_before(3, 4);
+    drop(daemon);
+}
+
+/// The same conversation with the simulated driver alone: the application's checks are CUDA's.
+#[test]
+fn the_suspension_scenario_holds_on_the_driver_alone() {
+    let mut low = Proc::spawn("suspended", &native(), &[]);
+    low.expect("@ready");
+    low.send("go");
+    low.expect("@blocked");
+    low.send("check");
+    low.expect("@checked");
+    low.send("finish");
+    let o = low.finish();
+    o.log.assert_in_order(&[1, 2, 3]);
+    o.log.assert_before(3, 4);
+}

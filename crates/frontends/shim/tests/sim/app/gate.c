@@ -1,0 +1,29 @@
+/* A known limitation: the shim keeps CUDA's order by making a call wait (on the host) until the
+ * buffered commands it must follow have reached the driver. Natively such a call returns at
+ * once. If one of the commands in flight before the buffered ones waits for something the host
+ * does only after that call (here a gated kernel whose gate the application opens afterwards;
+ * on a GPU, a kernel polling a flag the host sets, or cuStreamWaitValue32), the host waits for
+ * the device and the device for the host. The scenarios end by themselves (a short watchdog). */
+#include "cu.h"
+#include "scenarios.h"
+
+void gate_legacy(void) {
+    CUstream a = new_stream(0);
+    K(a, 1, 0, F_GATE, 0);
+    K(a, 2, 0, 0, 0);
+    /* Natively asynchronous; under the shim it waits for kernel 2 to reach the driver. */
+    K(0, 3, 0, 0, 0);
+    cu.release(1);
+    CHECK(cu.CtxSynchronize());
+}
+
+void gate_record(void) {
+    CUstream a = new_stream(0);
+    CUevent ev;
+    CHECK(cu.EventCreate(&ev, 0));
+    K(a, 1, 0, F_GATE, 0);
+    K(a, 2, 0, 0, 0);
+    CHECK(cu.EventRecord(ev, a));
+    cu.release(1);
+    CHECK(cu.EventSynchronize(ev));
+}

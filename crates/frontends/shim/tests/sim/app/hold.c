@@ -1,0 +1,93 @@
+/* Two processes under a real xpreemptd, for a suspension the test controls: `hold` (run at a high
+ * priority) keeps its queue busy with a gated kernel until the test tells it to let go; while it
+ * does, the daemon keeps `suspended` (a low priority) suspended, so the commands that process
+ * launches wait in the shim's buffer for certain. The two talk to the test on stdin and stdout. */
+#include "cu.h"
+#include "scenarios.h"
+#include <pthread.h>
+
+void hold(void) {
+    CUstream s = new_stream(CU_STREAM_NON_BLOCKING);
+    K(s, 1, 0, F_GATE, 0);
+    say("@holding");
+    expect_line("release");
+    cu.release(1);
+    CHECK(cu.StreamSynchronize(s));
+}
+
+static CUstream a, b;
+static CUevent ev;
+static volatile int recorded, stream_synced, ctx_synced;
+
+static void *record_again(void *arg) {
+    (void)arg;
+    thread_setup();
+    CHECK(cu.EventRecord(ev, a));
+    recorded = 1;
+    return NULL;
+}
+
+static void *sync_stream(void *arg) {
+    (void)arg;
+    thread_setup();
+    CHECK(cu.StreamSynchronize(a));
+    EXPECT(cu.state(3) == DONE, "cuStreamSynchronize returned before the suspended kernel 3 ran");
+    stream_synced = 1;
+    return NULL;
+}
+
+static void *sync_ctx(void *arg) {
+    (void)arg;
+    thread_setup();
+    CHECK(cu.CtxSynchronize());
+    EXPECT(cu.state(3) == DONE, "cuCtxSynchronize returned before the suspended kernel 3 ran");
+    ctx_synced = 1;
+    return NULL;
+}
+
+void suspended(void) {
+    a = new_stream(CU_STREAM_NON_BLOCKING);
+    b = new_stream(CU_STREAM_NON_BLOCKING);
+    CHECK(cu.EventCreate(&ev, 0));
+    /* The event's first record, after kernel 1; kernel 1 is done before the suspension. */
+    K(a, 1, 100, 0, 0);
+    CHECK(cu.EventRecord(ev, a));
+    CHECK(cu.EventSynchronize(ev));
+    say("@ready");
+    /* The test has the higher-priority process hold the device: this queue is suspended. */
+    expect_line("go");
+    unsigned long long buffered = shim_buffered();
+    K(a, 2, 100, 0, 0);
+    K(a, 3, 100, 0, 0);
+    if (under_shim) {
+        EXPECT(shim_buffered() - buffered == 2, "the launches on the suspended stream were not buffered");
+        EXPECT(cu.state(2) == ABSENT && cu.state(3) == ABSENT, "a suspended queue's kernel reached the driver");
+        /* The device has nothing of this stream left: only the shim knows about kernels 2, 3. */
+        CUresult r = cu.StreamQuery(a);
+        EXPECT(r == NOT_READY, "cuStreamQuery returned %d with two kernels held by the shim", r);
+    }
+    /* The first record is complete, and stays the event's state until a new record happens. */
+    EXPECT(cu.EventQuery(ev) == 0, "cuEventQuery of the completed first record says not ready");
+    pthread_t t1, t2, t3;
+    pthread_create(&t1, NULL, record_again, NULL);
+    pthread_create(&t2, NULL, sync_stream, NULL);
+    pthread_create(&t3, NULL, sync_ctx, NULL);
+    say("@blocked");
+    /* The test looks (for a while) whether anything of this process ran ahead of the holder. */
+    expect_line("check");
+    if (under_shim) {
+        EXPECT(!recorded, "the record on the suspended stream returned before the stream's buffered kernels were launched");
+        EXPECT(!stream_synced && !ctx_synced, "a synchronize returned while the stream was suspended");
+    }
+    say("@checked");
+    /* The test lets the holder go: the queue resumes and everything completes. */
+    expect_line("finish");
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    pthread_join(t3, NULL);
+    CHECK(cu.StreamWaitEvent(b, ev, 0));
+    K(b, 4, 0, 0, 0);
+    CHECK(cu.StreamSynchronize(b));
+    EXPECT(cu.before(3, 4), "stream b waited for the event's earlier record: kernel 4 ran before kernel 3 ended");
+    CHECK(cu.StreamSynchronize(a));
+}
