@@ -57,6 +57,13 @@ impl Policy for Hpf {
         );
         decision
     }
+
+    /// The effective priority: a higher active queue leaves a lower one out (it is below the
+    /// top), and a queue above every other active one is the top alone (or an idle queue above
+    /// everything active) and runs.
+    fn preemption_rank(&self, queue: &QueueView) -> Option<i64> {
+        Some(i64::from(queue.effective_priority))
+    }
 }
 
 #[cfg(test)]

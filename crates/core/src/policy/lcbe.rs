@@ -41,6 +41,12 @@ impl Policy for LcBe {
             wake_at: None,
         }
     }
+
+    /// Latency-critical 1, best-effort 0: a busy LC queue stops every BE queue, LC queues always
+    /// run, and a BE queue with no other queue busy runs.
+    fn preemption_rank(&self, queue: &QueueView) -> Option<i64> {
+        Some(i64::from(self.is_lc(queue)))
+    }
 }
 
 #[cfg(test)]

@@ -72,6 +72,20 @@ pub struct Decision {
 pub trait Policy: Send {
     fn name(&self) -> &'static str;
     fn decide(&mut self, view: &View<'_>) -> Decision;
+
+    /// A rank for `queue` if this policy is a strict preemptive order over ranks, such that,
+    /// whatever else the view holds:
+    /// - a queue that has work stops (does not let run) every queue of lower rank, and
+    /// - a queue of higher rank than every other queue that has work runs.
+    ///
+    /// Fast paths outside the scheduler (global mode's agents) use it to suspend a queue the
+    /// moment a higher one gets work, and to let it go again when that one is idle, before the
+    /// scheduler hears of either; the scheduler confirms afterwards. `None` (the default): the
+    /// policy's decisions all go through the scheduler.
+    fn preemption_rank(&self, queue: &QueueView) -> Option<i64> {
+        let _ = queue;
+        None
+    }
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

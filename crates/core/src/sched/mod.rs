@@ -13,7 +13,7 @@ pub use aging::{Aging, AgingError};
 pub use driver::{Driver, QueueControl};
 pub use hooks::Hooks;
 pub use protocol::{Action, QueueInfo, QueueReport, RESUME_RETRY_NS, SchedEvent, Work};
-pub use scheduler::{SchedError, Scheduler};
+pub use scheduler::{RankedQueue, SchedError, Scheduler};
 
 #[cfg(test)]
 mod tests;

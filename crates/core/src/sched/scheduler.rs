@@ -26,6 +26,17 @@ pub enum SchedError {
     Hint { queue: QueueId, source: HintError },
 }
 
+/// A queue's place in the policy's preemptive order ([`Scheduler::preemption_ranks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankedQueue {
+    pub id: QueueId,
+    pub rank: i64,
+    /// Has work.
+    pub active: bool,
+    /// The last decision lets it run.
+    pub allowed: bool,
+}
+
 #[derive(Clone, Debug)]
 struct Entry {
     /// What the queue asked for at creation and through later events, before any hook.
@@ -121,6 +132,28 @@ impl Scheduler {
     /// What the policy saw at the last decision.
     pub fn views(&self) -> &[QueueView] {
         &self.views
+    }
+
+    /// Each queue's rank in the policy's preemptive order as of the last decision, for fast
+    /// paths that act before the scheduler hears of a change (see
+    /// [`Policy::preemption_rank`]). `None` when every decision must go through the scheduler:
+    /// the policy has no such order, hooks may reclassify or refuse a queue, or an interleave
+    /// limit may leave a queue out whatever its rank.
+    pub fn preemption_ranks(&self) -> Option<Vec<RankedQueue>> {
+        if self.hooks.is_some() || self.queues.values().any(|e| e.info.interleave.is_some()) {
+            return None;
+        }
+        self.views
+            .iter()
+            .map(|v| {
+                Some(RankedQueue {
+                    id: v.id,
+                    rank: self.policy.preemption_rank(v)?,
+                    active: v.is_active(),
+                    allowed: self.is_allowed(v.id),
+                })
+            })
+            .collect()
     }
 
     /// Every queue as it stands now, after the last decision took effect (for operators).

@@ -326,3 +326,67 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The fast path's contract (`Policy::preemption_rank`), checked against what the scheduler
+    /// decides under HPF (with ties and aging) and LC/BE: an active queue of higher rank stops
+    /// every lower one, and a queue above every other active queue runs.
+    #[test]
+    fn preemption_ranks_agree_with_the_decisions(
+        prios in proptest::collection::vec(-3i32..3, 2..6),
+        events in proptest::collection::vec(ev(), 1..60),
+        lcbe: bool,
+        aged: bool,
+    ) {
+        let n = prios.len() as u32;
+        let policy: Box<dyn policy::Policy> =
+            if lcbe { Box::new(policy::LcBe::default()) } else { Box::new(Hpf::default()) };
+        let mut s = Scheduler::new(policy);
+        if aged {
+            s = s.with_aging(Aging::new(500_000, 1, 10).unwrap());
+        }
+        for (i, &p) in prios.iter().enumerate() { create(&mut s, i as u32, p); }
+        let mut now = 0;
+        for e in events {
+            match e {
+                Ev::Ready(q) if q < n => { ready(&mut s, now, q); }
+                Ev::Idle(q) if q < n => { s.handle(now, SchedEvent::Idle(QueueId(q))).unwrap(); }
+                Ev::Tick(dt) => { now += dt; s.handle(now, SchedEvent::Timer).unwrap(); }
+                _ => continue,
+            }
+            let ranks = s.preemption_ranks().expect("both policies have a preemptive order");
+            prop_assert_eq!(ranks.len(), prios.len());
+            for y in &ranks {
+                prop_assert_eq!(y.allowed, s.is_allowed(y.id));
+                let higher_active = ranks.iter().any(|x| x.id != y.id && x.active && x.rank > y.rank);
+                let rivals = ranks.iter().any(|w| w.id != y.id && w.active && w.rank >= y.rank);
+                if higher_active {
+                    prop_assert!(!y.allowed, "{:?} runs under a higher active queue: {:?}", y, ranks);
+                }
+                if !rivals {
+                    prop_assert!(y.allowed, "{:?} is above every active queue but stopped: {:?}", y, ranks);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn no_ranks_where_the_scheduler_alone_may_decide() {
+    let mut s = Scheduler::new(policy::by_name("fifo").unwrap());
+    create(&mut s, 0, 1);
+    assert!(
+        s.preemption_ranks().is_none(),
+        "fifo has no preemptive order"
+    );
+    let mut s = hpf();
+    create(&mut s, 0, 1);
+    assert_eq!(s.preemption_ranks().unwrap()[0].rank, 1);
+    let mut info = QueueInfo::new(QueueId(1), 5);
+    info.interleave = Some(0);
+    s.handle(0, SchedEvent::Created(info)).unwrap();
+    assert!(
+        s.preemption_ranks().is_none(),
+        "an interleave limit may leave a queue out"
+    );
+}

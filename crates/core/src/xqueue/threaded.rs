@@ -22,6 +22,14 @@ pub trait ReportSink: Send + Sync {
     /// Whether the scheduler wants [`QueueReport::Submitted`] / [`QueueReport::Completed`]; read
     /// on every submission, so it must be cheap.
     fn wants_work(&self) -> bool;
+
+    /// A submission is about to reach the queue, before its launch: a scheduler with a fast
+    /// path may act on the queue's coming Ready ahead of the report (global mode's agent stops
+    /// the queues it preempts). Called on every submission, so it must be cheap; the Ready (or
+    /// nothing, if the queue had work already) follows as usual.
+    fn submitting(&self, queue: QueueId) {
+        let _ = queue;
+    }
 }
 
 pub type EventSink = Arc<dyn ReportSink>;
@@ -123,6 +131,9 @@ where
         if self.inner.refused.load(Ordering::Relaxed) {
             self.inner.report(self.id, QueueReport::Retry);
             return Err(TrySubmitError::Busy(self.id, command));
+        }
+        if let Some(sink) = &self.inner.sink {
+            sink.submitting(self.id);
         }
         let now = self.inner.now();
         let kind = command.op.kind();
