@@ -31,6 +31,11 @@ pub struct Args {
     /// CPU while clients are active.
     #[arg(long, env = "XPREEMPT_DAEMON_SPIN_US", default_value_t = 50)]
     pub spin_us: u64,
+    /// Turn the fast path off: every suspension and resumption waits for the daemon's decision
+    /// (agents of one user otherwise stop the queues they preempt themselves, through a shared
+    /// board, and the daemon confirms).
+    #[arg(long, env = "XPREEMPT_NO_FAST_PATH")]
+    pub no_fast_path: bool,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
@@ -74,6 +79,7 @@ impl Args {
         }
         c.watchdog = Duration::from_millis(self.watchdog_ms);
         c.spin = Duration::from_micros(self.spin_us);
+        c.fast_path = !self.no_fast_path;
         if let Some(addr) = self.metrics
             && !addr.ip().is_loopback()
         {

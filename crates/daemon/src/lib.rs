@@ -6,6 +6,9 @@
 //! - Each agent gets a shared segment; one thread per agent sleeps on its doorbell and runs the
 //!   decision the moment a queue's state changes ([`state::State::take_reports`]); commands go
 //!   back through the segment. The socket is not on that path.
+//! - The fast path: the agents of one user also share a board, on which a queue that gets work
+//!   stops the queues below it in the policy's order before the daemon decides; the daemon writes
+//!   who preempts whom after every decision, confirms, and overrules (`state::fast`).
 //! - A client that exits, crashes or is killed closes its socket: its queues leave the scheduler
 //!   and whatever was suspended for them resumes at once. One that stops beating while it has
 //!   work is taken out of contention by the watchdog.
@@ -17,6 +20,7 @@ pub mod cli;
 mod metrics;
 pub mod mps;
 mod remote;
+mod requests;
 pub mod server;
 pub mod state;
 

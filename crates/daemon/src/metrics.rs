@@ -32,7 +32,7 @@ pub(crate) fn serve(shared: &Shared, listener: TcpListener) {
 
 pub(crate) fn render(shared: &Shared) -> String {
     let (stats, rows) = {
-        let st = shared.lock();
+        let mut st = shared.lock();
         (st.stats(), st.list())
     };
     let mut out = String::new();

@@ -1,7 +1,7 @@
 //! The daemon's threads: the socket's accept loop and one thread per connection, one fast-path
 //! thread per agent, and a ticker for timers and the watchdog.
 
-use crate::state::{Refusal, SchedulerFactory, State};
+use crate::state::{SchedulerFactory, State};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use thiserror::Error;
 use xpreempt_bpf::{BpfHooks, LoadOptions};
-use xpreempt_core::sched::{SchedEvent, Scheduler};
+use xpreempt_core::sched::Scheduler;
 use xpreempt_core::{Nanos, policy};
 use xpreempt_ipc::frame::{self, FrameError};
 use xpreempt_ipc::msg::{ClientMsg, DaemonMsg, Role, hello_version};
@@ -43,6 +43,9 @@ pub struct Config {
     pub watchdog: Duration,
     /// How long a fast-path thread spins on its doorbell before it sleeps in the kernel.
     pub spin: Duration,
+    /// Agents of one user share a board on which a queue that gets work stops the queues it
+    /// preempts at once, before the daemon decides (see `xpreempt_ipc::board`).
+    pub fast_path: bool,
     /// Prometheus text exposition on this (loopback) address.
     pub metrics: Option<SocketAddr>,
     /// Start and own an MPS control daemon with its pipe and log directories here.
@@ -58,6 +61,7 @@ impl Config {
             policy: PolicySpec::Rust("hpf".into()),
             watchdog: Duration::from_millis(500),
             spin: Duration::from_micros(50),
+            fast_path: true,
             metrics: None,
             mps: None,
         }
@@ -98,7 +102,7 @@ pub(crate) struct Shared {
     connections: Mutex<std::collections::BTreeMap<u64, UnixStream>>,
     next_connection: std::sync::atomic::AtomicU64,
     /// Wakes the ticker when a decision moved the next timer earlier, or at shutdown.
-    ticker: Condvar,
+    pub(crate) ticker: Condvar,
     shutdown: AtomicBool,
     config: Config,
 }
@@ -152,7 +156,7 @@ fn scheduler_factory(spec: &PolicySpec) -> Result<SchedulerFactory, DaemonError>
 impl Daemon {
     /// Binds the socket and starts serving.
     pub fn start(config: Config) -> Result<Self, DaemonError> {
-        let mut state = State::new(scheduler_factory(&config.policy)?);
+        let mut state = State::new(scheduler_factory(&config.policy)?, config.fast_path);
         if matches!(config.policy, PolicySpec::Bpf { .. }) {
             // The program's maps exist from the start, so that an operator can configure them
             // before the first process comes; other devices open with their first queue.
@@ -410,7 +414,7 @@ fn serve_connection(shared: &Arc<Shared>, mut stream: UnixStream) {
         },
         Role::Operator | Role::Rm => None,
     };
-    let id = {
+    let (id, seat) = {
         let mut st = shared.lock();
         let wants = st.wants_work();
         if let Some(s) = &segment {
@@ -418,15 +422,26 @@ fn serve_connection(shared: &Arc<Shared>, mut stream: UnixStream) {
                 .wants_work
                 .store(u32::from(wants), Ordering::Relaxed);
         }
-        st.add_client(cred, name.clone(), segment.clone())
+        let id = st.add_client(cred, name.clone(), segment.clone());
+        (id, st.clients.get(&id).and_then(|c| c.seat.clone()))
     };
     tracing::info!(pid = cred.pid, uid = cred.uid, %name, ?role, "client connected");
     let alive = Arc::new(AtomicBool::new(true));
     let fast_path = match &segment {
         Some(seg) => {
-            let welcome = frame::write(&mut stream, &DaemonMsg::Welcome { slots: seg.slots() })
-                .map_err(|e| e.to_string())
-                .and_then(|()| send_fd(&stream, seg.fd()).map_err(|e| e.to_string()));
+            let welcome = frame::write(
+                &mut stream,
+                &DaemonMsg::Welcome {
+                    slots: seg.slots(),
+                    bell: seat.as_ref().map(|s| s.bell),
+                },
+            )
+            .map_err(|e| e.to_string())
+            .and_then(|()| send_fd(&stream, seg.fd()).map_err(|e| e.to_string()))
+            .and_then(|()| match &seat {
+                Some(s) => send_fd(&stream, s.board.fd()).map_err(|e| e.to_string()),
+                None => Ok(()),
+            });
             if let Err(e) = welcome {
                 tracing::warn!(pid = cred.pid, "welcome failed: {e}");
                 shared.lock().remove_client(id);
@@ -453,7 +468,7 @@ fn serve_connection(shared: &Arc<Shared>, mut stream: UnixStream) {
                 break;
             }
         };
-        if let Some(reply) = handle(shared, id, cred, msg)
+        if let Some(reply) = crate::requests::handle(shared, id, cred, msg)
             && frame::write(&mut stream, &reply).is_err()
         {
             break;
@@ -500,88 +515,6 @@ fn hello(stream: &mut UnixStream, cred: Cred) -> Result<(Role, String), Hello> {
         Ok(_) => Err(Hello::Refused("the first message must be Hello".into())),
         Err(e) => Err(Hello::Refused(e.to_string())),
     }
-}
-
-fn handle(shared: &Shared, id: u64, cred: Cred, msg: ClientMsg) -> Option<DaemonMsg> {
-    let mut st = shared.lock();
-    let answer = |r: Result<u32, Refusal>| match r {
-        Ok(changed) => DaemonMsg::Done { changed },
-        Err(e) => DaemonMsg::Refused {
-            reason: e.to_string(),
-        },
-    };
-    let reply = match msg {
-        ClientMsg::Hello { .. } => DaemonMsg::Refused {
-            reason: "hello was already said".into(),
-        },
-        ClientMsg::Register { slot, decl } => match st.register(id, slot, decl) {
-            Ok(queue) => DaemonMsg::Registered { queue },
-            Err(e) => DaemonMsg::Refused {
-                reason: e.to_string(),
-            },
-        },
-        ClientMsg::Unregister { queue } => answer(st.unregister(id, queue).map(|()| 1)),
-        ClientMsg::Retry { queue } => {
-            if let Err(e) = st.event(id, queue, SchedEvent::Admission(queue)) {
-                tracing::debug!(%e, "retry");
-            }
-            return None;
-        }
-        ClientMsg::Work { queue, work } => {
-            if let Err(e) = st.event(id, queue, SchedEvent::Work { queue, work }) {
-                tracing::debug!(%e, "work");
-            }
-            st.rm_forward_work(id, queue, work);
-            return None;
-        }
-        ClientMsg::RmTaskInit { group } => match st.rm_task_init(id, group) {
-            Ok(d) => DaemonMsg::RmDecision(d),
-            Err(e) => DaemonMsg::Refused {
-                reason: e.to_string(),
-            },
-        },
-        ClientMsg::RmSchedule {
-            device,
-            tsg,
-            channels,
-        } => match st.rm_schedule(id, device, tsg, channels) {
-            Ok((allow, ran, note)) => DaemonMsg::RmAdmission { allow, ran, note },
-            Err(e) => DaemonMsg::Refused {
-                reason: e.to_string(),
-            },
-        },
-        ClientMsg::RmEnabled { device, tsg } => {
-            let _ = st.rm_enabled(id, device, tsg);
-            return None;
-        }
-        ClientMsg::RmWork {
-            device,
-            tsg,
-            event,
-            kind,
-            token,
-        } => {
-            let _ = st.rm_work(id, device, tsg, (event, kind, token));
-            return None;
-        }
-        ClientMsg::RmTaskDestroy { device, tsg } => {
-            let _ = st.rm_task_destroy(id, device, tsg);
-            return None;
-        }
-        ClientMsg::SetPriority { target, priority } => {
-            answer(st.set_priority(cred, target, priority))
-        }
-        ClientMsg::SetHints { target, hints } => answer(st.set_hints(cred, target, hints)),
-        ClientMsg::PolicyMaps => DaemonMsg::PolicyMaps(st.policy_maps()),
-        ClientMsg::PolicyMapUpdate { map, key, value } => {
-            answer(st.policy_map_update(cred, &map, &key, value.as_deref()))
-        }
-        ClientMsg::List => DaemonMsg::List(st.list()),
-        ClientMsg::Stats => DaemonMsg::Stats(st.stats()),
-    };
-    drop(st);
-    shared.ticker.notify_all();
-    Some(reply)
 }
 
 /// Sleeps on the agent's doorbell and decides on every state change it rings for.

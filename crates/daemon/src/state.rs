@@ -1,18 +1,22 @@
 //! Everything the daemon knows, behind one lock: a driver (scheduler + remote queues) per
 //! device, the clients and their segments, and where each queue lives.
 
+mod fast;
+mod operator;
 mod rm;
 
+pub use fast::Seat;
+
 use crate::remote::RemoteQueue;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use thiserror::Error;
 use xpreempt_core::sched::protocol::QueueState;
 use xpreempt_core::sched::{Driver, QueueInfo, SchedError, SchedEvent, Scheduler};
-use xpreempt_core::{Level, Nanos, Priority, QueueId, policy};
-use xpreempt_ipc::msg::{DaemonStats, DeviceStats, PolicyMap, QueueDecl, QueueRow, Target};
+use xpreempt_core::{Level, Nanos, QueueId, policy};
+use xpreempt_ipc::msg::{DaemonStats, QueueDecl};
 use xpreempt_ipc::shm::{Segment, decode_report};
 use xpreempt_ipc::unix::Cred;
 
@@ -71,6 +75,8 @@ pub struct Client {
     heartbeat: (u64, Instant),
     /// The watchdog took this client's queues out of contention until it shows life again.
     silenced: bool,
+    /// Its agent's bell on its user's board (the fast path).
+    pub seat: Option<Seat>,
 }
 
 struct QueueEntry {
@@ -78,6 +84,10 @@ struct QueueEntry {
     slot: u32,
     device: u32,
     level: Level,
+    /// Its bit on its user's board, and the fast path's words as last written to its slot.
+    bit: Option<u32>,
+    preempted_by: u128,
+    quiet: bool,
 }
 
 pub struct State {
@@ -86,6 +96,7 @@ pub struct State {
     pub clients: BTreeMap<u64, Client>,
     make_scheduler: SchedulerFactory,
     rm: rm::RmState,
+    boards: fast::Boards,
     epoch: Instant,
     next_queue: u32,
     next_client: u64,
@@ -93,13 +104,16 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(make_scheduler: SchedulerFactory) -> Self {
+    /// `fast_path`: agents of one user share a board and act on the policy's order before the
+    /// daemon decides ([`fast`]).
+    pub fn new(make_scheduler: SchedulerFactory, fast_path: bool) -> Self {
         Self {
             devices: BTreeMap::new(),
             queues: BTreeMap::new(),
             clients: BTreeMap::new(),
             make_scheduler,
             rm: rm::RmState::default(),
+            boards: fast::Boards::new(fast_path),
             epoch: Instant::now(),
             next_queue: 0,
             next_client: 1,
@@ -117,6 +131,9 @@ impl State {
     pub fn add_client(&mut self, cred: Cred, name: String, segment: Option<Arc<Segment>>) -> u64 {
         let id = self.next_client;
         self.next_client += 1;
+        let seat = segment
+            .as_ref()
+            .and_then(|_| self.boards.seat(cred.uid, id));
         self.clients.insert(
             id,
             Client {
@@ -127,6 +144,7 @@ impl State {
                 seen: BTreeMap::new(),
                 heartbeat: (0, Instant::now()),
                 silenced: false,
+                seat,
             },
         );
         id
@@ -136,11 +154,16 @@ impl State {
     /// which at once resumes whatever was suspended in their favour.
     pub fn remove_client(&mut self, id: u64) {
         self.rm_client_gone(id);
-        let Some(client) = self.clients.remove(&id) else {
+        let Some(client) = self.clients.get(&id) else {
             return;
         };
-        for queue in client.queues.into_values() {
+        for queue in client.queues.values().copied().collect::<Vec<_>>() {
             self.drop_queue(queue);
+        }
+        if let Some(client) = self.clients.remove(&id)
+            && let Some(seat) = &client.seat
+        {
+            self.boards.unseat(seat);
         }
     }
 
@@ -149,9 +172,10 @@ impl State {
         client: u64,
         slot: u32,
         decl: QueueDecl,
-    ) -> Result<QueueId, Refusal> {
+    ) -> Result<(QueueId, Option<u32>), Refusal> {
         let epoch = self.epoch;
         let clock = move || epoch.elapsed().as_nanos() as Nanos;
+        self.wake_quiet(decl.device);
         let c = self.clients.get_mut(&client).ok_or(Refusal::NotAnAgent)?;
         let segment = c.segment.clone().ok_or(Refusal::NotAnAgent)?;
         if slot >= segment.slots() || c.queues.contains_key(&slot) {
@@ -172,6 +196,9 @@ impl State {
         if let Some(s) = segment.slot(slot) {
             // A slot reused after an earlier queue starts from nothing.
             s.command.store(0, Ordering::SeqCst);
+            s.lift.store(0);
+            s.preempted_by.store(0);
+            s.quiet.store(0, Ordering::SeqCst);
         }
         let driver = match self.devices.entry(decl.device) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
@@ -191,6 +218,10 @@ impl State {
         let c = self.clients.get_mut(&client).ok_or(Refusal::NotAnAgent)?;
         c.queues.insert(slot, id);
         c.seen.insert(slot, 0);
+        let bit = match &c.seat {
+            Some(seat) => self.boards.take_bit(seat, id),
+            None => None,
+        };
         self.queues.insert(
             id,
             QueueEntry {
@@ -198,9 +229,39 @@ impl State {
                 slot,
                 device: decl.device,
                 level: decl.level,
+                bit,
+                preempted_by: 0,
+                quiet: false,
             },
         );
-        Ok(id)
+        self.refresh(decl.device);
+        Ok((id, bit))
+    }
+
+    /// A queue is about to join `device`: a queue alone there so far may have reported without
+    /// a doorbell (`quiet`); from now on it rings, and what it reported meanwhile is taken now.
+    fn wake_quiet(&mut self, device: u32) {
+        let quiet: Vec<(u64, u32)> = self
+            .queues
+            .values_mut()
+            .filter(|e| e.device == device && e.quiet)
+            .map(|e| {
+                e.quiet = false;
+                (e.client, e.slot)
+            })
+            .collect();
+        for (client, slot) in quiet {
+            if let Some(s) = self
+                .clients
+                .get(&client)
+                .and_then(|c| c.segment.as_ref())
+                .and_then(|seg| seg.slot(slot))
+            {
+                // Cleared before the report is read: a Ready stored after this read rings.
+                s.quiet.store(0, Ordering::SeqCst);
+            }
+            self.take_reports(client);
+        }
     }
 
     pub fn unregister(&mut self, client: u64, queue: QueueId) -> Result<(), Refusal> {
@@ -226,6 +287,15 @@ impl State {
         if let Some(d) = self.devices.get_mut(&entry.device) {
             d.unregister(queue, &move || epoch.elapsed().as_nanos() as Nanos);
         }
+        self.refresh(entry.device);
+        let uid = self
+            .clients
+            .get(&entry.client)
+            .and_then(|c| c.seat.as_ref())
+            .map(|s| s.uid);
+        if let (Some(uid), Some(bit)) = (uid, entry.bit) {
+            self.boards.release_bit(uid, bit);
+        }
     }
 
     /// Takes every changed report out of a client's segment and decides on each: the fast path.
@@ -242,6 +312,7 @@ impl State {
         if c.silenced {
             return;
         }
+        let mut touched = BTreeSet::new();
         for (&slot, &queue) in &c.queues {
             let Some(s) = segment.slot(slot) else {
                 continue;
@@ -256,11 +327,25 @@ impl State {
                 continue;
             };
             let device = self.queues.get(&queue).map(|e| e.device);
-            if let Some(d) = device.and_then(|dev| self.devices.get_mut(&dev))
-                && let Err(e) = d.report(queue, report, &clock)
+            if let Some(dev) = device
+                && let Some(d) = self.devices.get_mut(&dev)
             {
-                tracing::warn!(%queue, %e, "report ignored");
+                touched.insert(dev);
+                if let Err(e) = d.report(queue, report, &clock) {
+                    tracing::warn!(%queue, %e, "report ignored");
+                }
             }
+        }
+        for dev in touched {
+            self.refresh(dev);
+        }
+    }
+
+    /// Every client's reports, for an operator's view of queues that report quietly.
+    pub fn take_all_reports(&mut self) {
+        let ids: Vec<u64> = self.clients.keys().copied().collect();
+        for id in ids {
+            self.take_reports(id);
         }
     }
 
@@ -274,86 +359,9 @@ impl State {
             .device;
         let epoch = self.epoch;
         if let Some(d) = self.devices.get_mut(&device) {
-            d.dispatch(event, &move || epoch.elapsed().as_nanos() as Nanos)?;
-        }
-        Ok(())
-    }
-
-    /// Changes the priority of a process's queues or of one queue, if `who` may.
-    pub fn set_priority(
-        &mut self,
-        who: Cred,
-        target: Target,
-        priority: Priority,
-    ) -> Result<u32, Refusal> {
-        let queues = self.targets(target)?;
-        self.check_permission(who, &queues)?;
-        for &q in &queues {
-            self.event_any(q, SchedEvent::Priority { queue: q, priority })?;
-        }
-        Ok(queues.len() as u32)
-    }
-
-    /// Replaces the hints (deadline, share, timeslice, LC/BE) of a process's queues or of one.
-    pub fn set_hints(
-        &mut self,
-        who: Cred,
-        target: Target,
-        hints: xpreempt_core::Hints,
-    ) -> Result<u32, Refusal> {
-        let queues = self.targets(target)?;
-        self.check_permission(who, &queues)?;
-        for &q in &queues {
-            self.event_any(q, SchedEvent::Hints { queue: q, hints })?;
-        }
-        Ok(queues.len() as u32)
-    }
-
-    fn event_any(&mut self, queue: QueueId, event: SchedEvent) -> Result<(), Refusal> {
-        let client = self
-            .queues
-            .get(&queue)
-            .ok_or(Refusal::UnknownQueue(queue))?
-            .client;
-        self.event(client, queue, event)
-    }
-
-    fn targets(&self, target: Target) -> Result<Vec<QueueId>, Refusal> {
-        match target {
-            Target::Queue(q) if self.queues.contains_key(&q) => Ok(vec![q]),
-            Target::Queue(q) => Err(Refusal::UnknownQueue(q)),
-            Target::Process(pid) => {
-                let qs: Vec<QueueId> = self
-                    .clients
-                    .values()
-                    .filter(|c| c.cred.pid == pid)
-                    .flat_map(|c| c.queues.values().copied())
-                    .collect();
-                if qs.is_empty() {
-                    Err(Refusal::NoSuchProcess(pid))
-                } else {
-                    Ok(qs)
-                }
-            }
-        }
-    }
-
-    fn check_permission(&self, who: Cred, queues: &[QueueId]) -> Result<(), Refusal> {
-        for &queue in queues {
-            let owner = self
-                .queues
-                .get(&queue)
-                .and_then(|e| self.clients.get(&e.client))
-                .ok_or(Refusal::UnknownQueue(queue))?
-                .cred;
-            if !who.may_change(&owner) {
-                return Err(Refusal::Permission {
-                    queue,
-                    owner_pid: owner.pid,
-                    owner_uid: owner.uid,
-                    uid: who.uid,
-                });
-            }
+            let r = d.dispatch(event, &move || epoch.elapsed().as_nanos() as Nanos);
+            self.refresh(device);
+            r?;
         }
         Ok(())
     }
@@ -362,10 +370,17 @@ impl State {
     pub fn run_timers(&mut self) -> Option<Nanos> {
         let epoch = self.epoch;
         let clock = move || epoch.elapsed().as_nanos() as Nanos;
-        for d in self.devices.values_mut() {
+        let mut fired = Vec::new();
+        for (&dev, d) in self.devices.iter_mut() {
+            if d.next_wake().is_some_and(|at| at <= clock()) {
+                fired.push(dev);
+            }
             if let Err(e) = d.timer(&clock) {
                 tracing::warn!(%e, "timer");
             }
+        }
+        for dev in fired {
+            self.refresh(dev);
         }
         self.devices.values().filter_map(|d| d.next_wake()).min()
     }
@@ -405,6 +420,10 @@ impl State {
                         {
                             let _ = self.event(id, queue, SchedEvent::Ready { queue, pending });
                         }
+                        // Its bits count again.
+                        if let Some(&QueueEntry { device, .. }) = self.queues.get(&queue) {
+                            self.refresh(device);
+                        }
                     }
                 }
                 continue;
@@ -431,14 +450,18 @@ impl State {
                 "watchdog: client stopped answering while it had work; its queues no longer hold others back"
             );
             self.stats.watchdog_fires += 1;
+            let mut touched = BTreeSet::new();
             for queue in active {
-                if let Some(d) = self
-                    .queues
-                    .get(&queue)
-                    .and_then(|e| self.devices.get_mut(&e.device))
+                if let Some(&QueueEntry { device, .. }) = self.queues.get(&queue)
+                    && let Some(d) = self.devices.get_mut(&device)
                 {
+                    touched.insert(device);
                     let _ = d.dispatch(SchedEvent::Idle(queue), &clock);
                 }
+            }
+            // Its bits no longer stop anyone: the masks leave a silenced client out.
+            for dev in touched {
+                self.refresh(dev);
             }
         }
     }
@@ -451,123 +474,5 @@ impl State {
             .iter()
             .find(|v| v.id == queue)
             .map(|v| v.state)
-    }
-
-    pub fn list(&self) -> Vec<QueueRow> {
-        let mut rows = Vec::new();
-        let now = self.now();
-        for d in self.devices.values() {
-            for v in d.scheduler().snapshot(now) {
-                let Some(e) = self.queues.get(&v.id) else {
-                    continue;
-                };
-                let Some(c) = self.clients.get(&e.client) else {
-                    continue;
-                };
-                let slot = c.segment.as_ref().and_then(|s| s.slot(e.slot));
-                let load32 = |f: fn(&xpreempt_ipc::shm::Slot) -> &std::sync::atomic::AtomicU32| {
-                    slot.map_or(0, |s| f(s).load(Ordering::Relaxed))
-                };
-                let load64 = |f: fn(&xpreempt_ipc::shm::Slot) -> &std::sync::atomic::AtomicU64| {
-                    slot.map_or(0, |s| f(s).load(Ordering::Relaxed))
-                };
-                rows.push(QueueRow {
-                    queue: v.id,
-                    process: c.cred.pid,
-                    process_name: c.name.clone(),
-                    device: e.device,
-                    level: e.level,
-                    logical_priority: v.logical_priority,
-                    effective_priority: v.effective_priority,
-                    state: v.state,
-                    in_flight: load32(|s| &s.in_flight),
-                    pending: load32(|s| &s.pending),
-                    preemptions: load64(|s| &s.preemptions),
-                    resumes: load64(|s| &s.resumes),
-                    suspend_p99_ns: load64(|s| &s.suspend_p99_ns),
-                });
-            }
-        }
-        rows
-    }
-
-    pub fn set_mps_pipe(&mut self, pipe: Option<String>) {
-        self.stats.mps_pipe = pipe;
-    }
-
-    pub fn stats(&self) -> DaemonStats {
-        let mut s = self.stats.clone();
-        s.clients = self.clients.len() as u32;
-        s.devices = self
-            .devices
-            .iter()
-            .map(|(&device, d)| DeviceStats {
-                device,
-                policy: d.scheduler().policy_name().to_string(),
-                queues: d.queues().count() as u32,
-                scheduler: d.scheduler().stats().clone(),
-            })
-            .collect();
-        s
-    }
-
-    /// The maps of each device's eBPF program.
-    pub fn policy_maps(&mut self) -> Vec<PolicyMap> {
-        let mut out = Vec::new();
-        for (&device, d) in &mut self.devices {
-            let Some(program) = bpf_program(d) else {
-                continue;
-            };
-            for m in program.maps() {
-                out.push(PolicyMap {
-                    device,
-                    map: m.name().to_string(),
-                    key_size: m.def().key_size,
-                    value_size: m.def().value_size,
-                    entries: m.entries(),
-                });
-            }
-        }
-        out
-    }
-
-    /// Changes a map of every device's program; only root or the daemon's own user may, since
-    /// it changes the policy for every process.
-    pub fn policy_map_update(
-        &mut self,
-        who: Cred,
-        map: &str,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<u32, Refusal> {
-        // SAFETY: geteuid has no preconditions.
-        let daemon_uid = unsafe { libc::geteuid() };
-        if who.uid != 0 && who.uid != daemon_uid {
-            return Err(Refusal::PolicyPermission { uid: who.uid });
-        }
-        let mut changed = 0;
-        for d in self.devices.values_mut() {
-            let Some(program) = bpf_program(d) else {
-                continue;
-            };
-            let m = program
-                .map_mut(map)
-                .ok_or_else(|| Refusal::NoMap(map.to_string()))?;
-            match value {
-                Some(v) => m.update(key, v, 0),
-                None => m.delete(key),
-            }
-            .map_err(Refusal::Map)?;
-            changed += 1;
-        }
-        if changed == 0 {
-            return Err(Refusal::NoProgram);
-        }
-        Ok(changed)
-    }
-
-    /// Whether any device's hooks want work reports (mirrored into every segment).
-    pub fn wants_work(&self) -> bool {
-        self.devices.values().any(|d| d.scheduler().wants_work())
     }
 }

@@ -8,8 +8,14 @@
 //!   wake-ups, so a decision crosses processes without a system call on the socket.
 //!
 //! [`unix`] passes the segment's file descriptor (`SCM_RIGHTS`) and reads peer credentials.
+//!
+//! The fast path ([`board`]): the agents of one user also share a board on which a queue that
+//! gets work stops the queues it preempts directly; the daemon writes who preempts whom and
+//! confirms or overrules.
 
+pub mod board;
 pub mod frame;
+mod mapping;
 pub mod msg;
 pub mod operator;
 pub mod shm;
@@ -18,7 +24,7 @@ pub mod unix;
 use std::path::PathBuf;
 
 /// Bumped whenever a message or the segment layout changes incompatibly.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Where the daemon listens: `$XPREEMPT_SOCKET`, else `$XDG_RUNTIME_DIR/xpreempt.sock`, else
 /// `/run/xpreempt/xpreempt.sock`.

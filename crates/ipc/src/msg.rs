@@ -128,14 +128,19 @@ pub enum ClientMsg {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum DaemonMsg {
-    /// The answer to an agent's `Hello`; the segment's fd follows on the socket (`SCM_RIGHTS`).
+    /// The answer to an agent's `Hello`; the segment's fd follows on the socket (`SCM_RIGHTS`),
+    /// then, with a `bell`, the fd of the user's board ([`crate::board`]): the agent waits on
+    /// that bell instead of the segment's `to_agent`.
     Welcome {
         slots: u32,
+        bell: Option<u32>,
     },
     /// The answer to an operator's `Hello`.
     Ready,
     Registered {
         queue: QueueId,
+        /// The queue's bit on the board, which its agent sets while the queue has work.
+        bit: Option<u32>,
     },
     /// A request succeeded; `changed` queues were affected.
     Done {

@@ -5,10 +5,16 @@
 //!
 //! The daemon creates the segment (a sealed `memfd`: the client cannot shrink it under the
 //! daemon) and trusts nothing it reads from it beyond what the decoders check.
+//!
+//! With the fast path ([`crate::board`]) a slot also carries the queue's part of it: which bits
+//! of the user's board stop the queue at once (`preempted_by`), which bits a suspension of the
+//! daemon's lasts for (`lift`, with [`Command::liftable`]), and the queue's own bit's
+//! neighbourhood (`quiet`: the daemon needs no wake-up for this queue's Ready/Idle).
 
+use crate::board::Bits;
+use crate::mapping::{Mapping, futex_wait, futex_wake};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -26,7 +32,8 @@ pub struct Header {
     slots: AtomicU32,
     /// Agent → daemon: bumped after a slot's state changed.
     pub to_daemon: Doorbell,
-    /// Daemon → agent: bumped after a slot's command changed.
+    /// Daemon → agent: bumped after a slot's command changed (an agent with a bell on its
+    /// user's board waits there instead, and the daemon rings that).
     pub to_agent: Doorbell,
     /// Bumped by the agent at least every [`HEARTBEAT`]; the daemon's watchdog reads it.
     pub heartbeat: AtomicU64,
@@ -58,6 +65,15 @@ pub struct Slot {
     pub preemptions: AtomicU64,
     pub resumes: AtomicU64,
     pub suspend_p99_ns: AtomicU64,
+    /// Daemon → agent: board bits whose queues, while active, stop this one at once (the
+    /// policy's order says so whatever else happens); written whenever it changes.
+    pub preempted_by: Bits,
+    /// Daemon → agent: with [`Command::liftable`], the daemon's suspension lasts only while one
+    /// of these bits is set. Written before the command word that refers to it.
+    pub lift: Bits,
+    /// Daemon → agent: nonzero while the daemon needs no doorbell for this queue's Ready/Idle
+    /// (nothing else on its device to decide for); it reads the report when it needs it.
+    pub quiet: AtomicU32,
 }
 
 /// What the daemon tells a queue: run or stay suspended, and whether submissions are refused.
@@ -66,18 +82,45 @@ pub struct Command {
     pub generation: u64,
     pub suspended: bool,
     pub refused: bool,
+    /// The suspension is only for the queues of the slot's `lift` bits: it ends, without a word
+    /// from the daemon, once none of them is set on the board.
+    pub liftable: bool,
 }
 
 impl Command {
     pub fn encode(self) -> u64 {
-        (self.generation << 2) | (u64::from(self.refused) << 1) | u64::from(self.suspended)
+        (self.generation << 3)
+            | (u64::from(self.liftable) << 2)
+            | (u64::from(self.refused) << 1)
+            | u64::from(self.suspended)
     }
 
     pub fn decode(word: u64) -> Self {
         Self {
-            generation: word >> 2,
+            generation: word >> 3,
             suspended: word & 1 != 0,
             refused: word & 2 != 0,
+            liftable: word & 4 != 0,
+        }
+    }
+
+    /// Whether the daemon's command holds the queue now, given the board's active bits and the
+    /// slot's `lift` bits read after this command.
+    pub fn holds(self, active: u128, lift: u128) -> bool {
+        self.suspended && !(self.liftable && active & lift == 0)
+    }
+}
+
+impl Slot {
+    /// The command with the `lift` bits it refers to (read consistently: the daemon writes the
+    /// bits first, then the command word).
+    pub fn command_and_lift(&self) -> (Command, u128) {
+        loop {
+            let word = self.command.load(Ordering::SeqCst);
+            let lift = self.lift.load();
+            if self.command.load(Ordering::SeqCst) == word {
+                return (Command::decode(word), lift);
+            }
         }
     }
 }
@@ -112,7 +155,21 @@ pub fn decode_report(word: u64) -> Option<QueueReport> {
     })
 }
 
+impl Default for Doorbell {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Doorbell {
+    /// A doorbell outside any segment (nobody else rings it).
+    pub const fn new() -> Self {
+        Self {
+            word: AtomicU32::new(0),
+            sleeping: AtomicU32::new(0),
+        }
+    }
+
     pub fn value(&self) -> u32 {
         self.word.load(Ordering::SeqCst)
     }
@@ -163,16 +220,8 @@ pub enum ShmError {
 
 /// A mapped client segment.
 pub struct Segment {
-    ptr: NonNull<u8>,
-    len: usize,
-    fd: OwnedFd,
+    map: Mapping,
 }
-
-// SAFETY: the mapping holds only atomics (Header, Slot), which are shared between threads and
-// processes by design; the pointer stays valid until Drop unmaps it.
-unsafe impl Send for Segment {}
-// SAFETY: as above; every access through `&Segment` is an atomic operation.
-unsafe impl Sync for Segment {}
 
 fn size_for(slots: u32) -> usize {
     size_of::<Header>() + slots as usize * size_of::<Slot>()
@@ -181,32 +230,9 @@ fn size_for(slots: u32) -> usize {
 impl Segment {
     /// A new, zeroed segment with `slots` slots, sealed against resizing.
     pub fn create(slots: u32) -> Result<Self, ShmError> {
-        let len = size_for(slots);
-        // SAFETY: the name is a NUL-terminated literal; the flags are valid for memfd_create.
-        let raw = unsafe {
-            libc::memfd_create(
-                c"xpreempt-segment".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
-        };
-        if raw < 0 {
-            return Err(ShmError::Create(io::Error::last_os_error()));
-        }
-        // SAFETY: memfd_create returned a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: ftruncate and fcntl on a descriptor we own.
-        let sized = unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } == 0
-            && unsafe {
-                libc::fcntl(
-                    fd.as_raw_fd(),
-                    libc::F_ADD_SEALS,
-                    libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-                )
-            } == 0;
-        if !sized {
-            return Err(ShmError::Create(io::Error::last_os_error()));
-        }
-        let seg = Self::map(fd, len)?;
+        let map =
+            Mapping::create(c"xpreempt-segment", size_for(slots)).map_err(ShmError::Create)?;
+        let seg = Self { map };
         let h = seg.header();
         h.version.store(crate::PROTOCOL_VERSION, Ordering::Relaxed);
         h.slots.store(slots, Ordering::Relaxed);
@@ -216,19 +242,16 @@ impl Segment {
 
     /// Maps a segment received from the daemon, checking its size, magic and version.
     pub fn open(fd: OwnedFd) -> Result<Self, ShmError> {
-        // SAFETY: fstat into a zeroed buffer on a descriptor we own.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(ShmError::Map(io::Error::last_os_error()));
-        }
-        let got = st.st_size as usize;
+        let got = Mapping::size_of(&fd).map_err(ShmError::Map)?;
         if got < size_of::<Header>() {
             return Err(ShmError::Size {
                 expected: size_of::<Header>(),
                 got,
             });
         }
-        let seg = Self::map(fd, got)?;
+        let seg = Self {
+            map: Mapping::map(fd, got).map_err(ShmError::Map)?,
+        };
         let h = seg.header();
         let version = h.version.load(Ordering::Relaxed);
         if h.magic.load(Ordering::Acquire) != MAGIC || version != crate::PROTOCOL_VERSION {
@@ -241,34 +264,14 @@ impl Segment {
         Ok(seg)
     }
 
-    fn map(fd: OwnedFd, len: usize) -> Result<Self, ShmError> {
-        // SAFETY: a fresh shared mapping of `len` bytes of a file at least that long.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(ShmError::Map(io::Error::last_os_error()));
-        }
-        let ptr = NonNull::new(p.cast::<u8>())
-            .ok_or_else(|| ShmError::Map(io::Error::other("mmap returned a null mapping")))?;
-        Ok(Self { ptr, len, fd })
-    }
-
     pub fn header(&self) -> &Header {
-        // SAFETY: the mapping is page-aligned, at least size_of::<Header>() long, and Header
-        // is made of atomics, valid for any bit pattern (zeroed at creation).
-        unsafe { &*self.ptr.as_ptr().cast::<Header>() }
+        // SAFETY: the mapping is page-aligned and at least size_of::<Header>() long (checked at
+        // creation and open), and Header is made of atomics.
+        unsafe { self.map.at::<Header>(0) }
     }
 
     pub fn slots(&self) -> u32 {
-        ((self.len - size_of::<Header>()) / size_of::<Slot>()) as u32
+        ((self.map.len() - size_of::<Header>()) / size_of::<Slot>()) as u32
     }
 
     pub fn slot(&self, index: u32) -> Option<&Slot> {
@@ -278,54 +281,11 @@ impl Segment {
         let offset = size_of::<Header>() + index as usize * size_of::<Slot>();
         // SAFETY: offset + size_of::<Slot>() <= len (checked above); Header's size is a multiple
         // of Slot's 64-byte alignment, so the slot is aligned; Slot is made of atomics.
-        Some(unsafe { &*self.ptr.as_ptr().add(offset).cast::<Slot>() })
+        Some(unsafe { self.map.at::<Slot>(offset) })
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `map`; no reference outlives `self`.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
-
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: FUTEX_WAIT on a live, aligned u32 with a valid timespec; shared (not PRIVATE)
-    // because the word lives in memory mapped by two processes. Any return is fine: callers
-    // re-read the word.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-            std::ptr::null::<u32>(),
-            0u32,
-        );
-    }
-}
-
-fn futex_wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE of at most one waiter on a live, aligned u32.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            1u32,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0u32,
-        );
+        self.map.fd()
     }
 }
 
@@ -333,6 +293,7 @@ fn futex_wake(word: &AtomicU32) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::os::fd::AsRawFd;
 
     #[test]
     fn a_segment_opens_from_its_fd_and_shares_words() {
@@ -383,8 +344,8 @@ mod tests {
         }
 
         #[test]
-        fn commands_round_trip(generation in 0u64..(1 << 60), suspended: bool, refused: bool) {
-            let c = Command { generation, suspended, refused };
+        fn commands_round_trip(generation in 0u64..(1 << 60), suspended: bool, refused: bool, liftable: bool) {
+            let c = Command { generation, suspended, refused, liftable };
             prop_assert_eq!(Command::decode(c.encode()), c);
         }
     }

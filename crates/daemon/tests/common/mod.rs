@@ -107,3 +107,55 @@ pub fn within(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> 
     }
     None
 }
+
+/// `xpreemptd` as a separate process on `sock` with `args`, killed when dropped.
+pub struct DaemonProcess(pub std::process::Child);
+
+impl DaemonProcess {
+    pub fn start(sock: &Path, args: &[&str]) -> Self {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_xpreemptd"))
+            .arg("--socket")
+            .arg(sock)
+            .args(args)
+            .env("XPREEMPT_LOG", "warn")
+            .spawn()
+            .expect("xpreemptd starts");
+        let d = Self(child);
+        assert!(
+            within(Duration::from_secs(5), || {
+                std::os::unix::net::UnixStream::connect(sock).is_ok()
+            })
+            .is_some(),
+            "xpreemptd never listened"
+        );
+        d
+    }
+
+    /// Stops (SIGSTOP: returns once every thread is stopped) or continues (SIGCONT) the
+    /// daemon.
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid.
+        let r = unsafe { libc::kill(self.0.id() as libc::pid_t, signal) };
+        assert_eq!(r, 0, "kill({signal})");
+        if signal == libc::SIGSTOP {
+            let stopped = within(Duration::from_secs(5), || {
+                let tasks = std::fs::read_dir(format!("/proc/{}/task", self.0.id()));
+                tasks.into_iter().flatten().flatten().all(|t| {
+                    std::fs::read_to_string(t.path().join("stat"))
+                        .ok()
+                        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('T')))
+                        .unwrap_or(true)
+                })
+            });
+            assert!(stopped.is_some(), "the daemon did not stop");
+        }
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

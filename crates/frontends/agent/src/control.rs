@@ -1,16 +1,19 @@
-//! The agent's control thread. Connected, it sleeps on the daemon's doorbell, applies each
-//! queue's new command, beats the heartbeat and publishes queue statistics; it notices a dead
-//! daemon and falls back to local scheduling. Unconnected, it tries to connect now and then.
+//! The agent's control thread. Connected, it waits on its bell (rung by the daemon's commands
+//! and by the fast path's higher queues), makes each queue do what the daemon's command and the
+//! board say, beats the heartbeat and publishes queue statistics; it notices a dead daemon and
+//! falls back to local scheduling. Unconnected, it tries to connect now and then.
 
-use crate::sink::publish;
-use crate::{AgentError, Connection, Entry, Inner, Mode, connect, local_info, register_remote};
+use crate::sink::{bit_of, is_active, publish};
+use crate::{
+    AgentError, Connection, Entry, Inner, Mode, connect, local_info, register_remote, set_bit,
+};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use xpreempt_core::QueueId;
-use xpreempt_ipc::shm::{Command, HEARTBEAT, decode_report};
+use xpreempt_ipc::shm::{HEARTBEAT, decode_report};
 
 /// How often an unconnected agent looks for a daemon.
 const RECONNECT: Duration = Duration::from_millis(200);
@@ -37,68 +40,147 @@ pub(crate) fn say_local(inner: &Inner, why: &AgentError) {
 fn run(inner: &Inner, spin: Duration) {
     let mut seen = 0u32;
     let mut stats_at = Instant::now();
+    // Spinning on the bell until then, while a queue may be preempted through the board.
+    let mut hot_until = Instant::now();
+    let mut exposed = false;
     while !inner.shutdown.load(Ordering::SeqCst) {
         crate::sink::mirror_wants_work(inner);
-        let segment = match &*inner.mode.read().unwrap_or_else(|p| p.into_inner()) {
-            Mode::Remote(conn) => Some(conn.segment.clone()),
-            Mode::Local => None,
-        };
-        let Some(segment) = segment else {
+        let connected = matches!(
+            &*inner.mode.read().unwrap_or_else(|p| p.into_inner()),
+            Mode::Remote(_)
+        );
+        if !connected {
             std::thread::sleep(RECONNECT);
             match connect(inner) {
                 Ok(conn) => go_remote(inner, conn),
                 Err(e) => tracing::trace!(%e, "no daemon yet"),
             }
             continue;
+        }
+        let turn = apply_commands(inner);
+        let now = Instant::now();
+        if turn.board_moved || (turn.exposed && !exposed) {
+            hot_until = now + inner.hot;
+        }
+        exposed = turn.exposed;
+        let hot = if exposed && hot_until > now {
+            (hot_until - now).min(HEARTBEAT)
+        } else {
+            spin
         };
-        let header = segment.header();
-        seen = header.to_agent.wait(seen, spin, HEARTBEAT);
-        header.heartbeat.fetch_add(1, Ordering::SeqCst);
-        apply_commands(inner);
         if stats_at.elapsed() >= HEARTBEAT {
-            stats_at = Instant::now();
+            stats_at = now;
             publish_stats(inner);
+            clear_stale_bits(inner);
             if daemon_gone(inner) {
                 go_local(inner);
+                continue;
             }
         }
+        // Waited on without the mode lock, so that a switch to local mode need not wait.
+        let bell = match &*inner.mode.read().unwrap_or_else(|p| p.into_inner()) {
+            Mode::Remote(conn) => {
+                conn.segment
+                    .header()
+                    .heartbeat
+                    .fetch_add(1, Ordering::SeqCst);
+                conn.bell_ref()
+            }
+            Mode::Local => continue,
+        };
+        seen = bell.get().wait(seen, hot, HEARTBEAT);
     }
 }
 
-/// Applies every command whose generation moved since the last one applied.
-fn apply_commands(inner: &Inner) {
+/// What one pass over the queues saw.
+#[derive(Default)]
+struct Turn {
+    /// A queue with work has a higher queue of its user that may stop it through the board.
+    exposed: bool,
+    /// The board (not only the daemon's command) suspended or resumed a queue.
+    board_moved: bool,
+}
+
+/// Makes every queue do what the daemon's command and the board say: it is suspended while a
+/// bit of its `preempted_by` is set, or while the daemon's command holds it (a liftable one
+/// only until its lift bits clear).
+fn apply_commands(inner: &Inner) -> Turn {
+    let mut turn = Turn::default();
     let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
-    let Mode::Remote(conn) = &*mode else { return };
+    let Mode::Remote(conn) = &*mode else {
+        return turn;
+    };
+    let active = conn.board.as_ref().map_or(0, |(b, _)| b.active().load());
     let mut queues = inner.lock_queues();
     for (slot, entry) in queues.iter_mut().enumerate() {
         let Some(e) = entry.as_mut() else { continue };
         let Some(s) = conn.segment.slot(slot as u32) else {
             continue;
         };
-        let cmd = Command::decode(s.command.load(Ordering::SeqCst));
-        if cmd.generation == e.applied {
-            continue;
+        let (cmd, lift) = s.command_and_lift();
+        let preempted_by = if conn.board.is_some() {
+            s.preempted_by.load()
+        } else {
+            0
+        };
+        let by_board = preempted_by & active != 0;
+        let want = by_board || cmd.holds(active, lift);
+        if preempted_by != 0 && is_active(s.report.load(Ordering::SeqCst)) {
+            turn.exposed = true;
         }
-        e.applied = cmd.generation;
-        e.queue.set_refused(cmd.refused);
-        if cmd.suspended != e.suspended {
-            let result = if cmd.suspended {
+        if cmd.generation != e.applied {
+            e.queue.set_refused(cmd.refused);
+        }
+        if want != e.suspended {
+            let result = if want {
                 e.queue.suspend()
             } else {
                 e.queue.resume()
             };
             match result {
                 Ok(report) => {
-                    e.suspended = cmd.suspended;
+                    e.suspended = want;
+                    turn.board_moved |= want != cmd.suspended || (cmd.liftable && !want);
                     if let Some(r) = report {
                         publish(inner, &mode, QueueId(slot as u32), r);
                     }
                 }
-                // Left as it was; the daemon's retry (a new command) tries again.
+                // Left as it was; the next turn (or the daemon's retry) tries again.
                 Err(err) => tracing::warn!(%err, "applying the daemon's command"),
             }
         }
-        s.applied.store(cmd.generation, Ordering::SeqCst);
+        if cmd.generation != e.applied {
+            e.applied = cmd.generation;
+            s.applied.store(cmd.generation, Ordering::SeqCst);
+        }
+    }
+    turn
+}
+
+/// A bit set ahead of a submission that then never reported Ready (its launch failed) would
+/// stop other queues for nothing: cleared once seen twice under the same idle report.
+fn clear_stale_bits(inner: &Inner) {
+    let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
+    let Mode::Remote(conn) = &*mode else { return };
+    let Some((board, _)) = &conn.board else {
+        return;
+    };
+    let mut queues = inner.lock_queues();
+    for (slot, entry) in queues.iter_mut().enumerate() {
+        let Some(e) = entry.as_mut() else { continue };
+        let (Some(bit), Some(s)) = (
+            bit_of(inner, QueueId(slot as u32)),
+            conn.segment.slot(slot as u32),
+        ) else {
+            continue;
+        };
+        let word = s.report.load(Ordering::SeqCst);
+        if is_active(word) || !board.active().is_set(bit) {
+            e.stale_bit = None;
+        } else if e.stale_bit.replace(word) == Some(word) {
+            board.announce(bit, is_active(s.report.load(Ordering::SeqCst)));
+            e.stale_bit = None;
+        }
     }
 }
 
@@ -170,6 +252,8 @@ fn go_local(inner: &Inner) {
         e.suspended = false;
         e.remote = None;
         e.applied = 0;
+        e.stale_bit = None;
+        set_bit(inner, slot, None);
         hand_over_locally(inner, slot, e);
     }
 }
@@ -204,8 +288,9 @@ fn go_remote(inner: &Inner, conn: Connection) {
             }
         }
     }
-    for (slot, remote) in registered {
+    for (slot, (remote, bit)) in registered {
         let id = QueueId(slot as u32);
+        set_bit(inner, slot, bit);
         inner.local.unregister(id);
         if let Some(e) = queues[slot].as_mut() {
             // The local scheduler may have left it suspended; the daemon decides from here.
@@ -216,6 +301,7 @@ fn go_remote(inner: &Inner, conn: Connection) {
             e.remote = Some(remote);
             e.suspended = false;
             e.applied = 0;
+            e.stale_bit = None;
         }
     }
     tracing::info!(socket = %inner.socket.display(), "connected to the xpreempt daemon");

@@ -7,6 +7,14 @@
 //! With no daemon the agent schedules the process's queues itself (`LocalScheduler`), says so
 //! once, and connects when a daemon appears. If the daemon dies, the agent resumes whatever the
 //! daemon held suspended at once and runs locally until it returns.
+//!
+//! The fast path: the agents of one user share a board (`xpreempt_ipc::board`). A queue that
+//! gets work sets its bit there before its first launch and rings the agents of the queues it
+//! preempts, which stop them at once; going idle, it clears the bit and they resume if the
+//! daemon's suspension was only for it. The daemon writes who preempts whom and confirms. While
+//! one of its queues has work and a higher queue exists, the control thread spins on its bell
+//! (for `XPREEMPT_AGENT_HOT_US` after the last such preemption) instead of sleeping, so that the
+//! stop costs no wake-up.
 
 mod control;
 mod sink;
@@ -14,7 +22,7 @@ mod sink;
 use control::Control;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -24,9 +32,10 @@ use xpreempt_core::sched::{QueueInfo, SchedError, Scheduler};
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
 use xpreempt_core::{QueueConfig, QueueId, XQueue, policy};
 use xpreempt_hal::HwQueue;
+use xpreempt_ipc::board::Board;
 use xpreempt_ipc::frame::{self, FrameError};
 use xpreempt_ipc::msg::{ClientMsg, DaemonMsg, QueueDecl, Role};
-use xpreempt_ipc::shm::{SLOTS, Segment, ShmError};
+use xpreempt_ipc::shm::{Doorbell, SLOTS, Segment, ShmError};
 use xpreempt_ipc::unix::recv_fd;
 
 pub use xpreempt_ipc::msg::QueueDecl as Declaration;
@@ -60,6 +69,40 @@ pub(crate) enum Mode {
 pub(crate) struct Connection {
     pub stream: Mutex<UnixStream>,
     pub segment: Arc<Segment>,
+    /// The user's board and this agent's bell on it (the fast path), if the daemon gave one.
+    pub board: Option<(Arc<Board>, u32)>,
+}
+
+impl Connection {
+    /// Where the control thread waits and the daemon rings: the bell on the board, else the
+    /// segment's doorbell.
+    pub fn bell_ref(&self) -> BellRef {
+        match &self.board {
+            Some((board, bell)) => BellRef::Board(board.clone(), *bell),
+            None => BellRef::Segment(self.segment.clone()),
+        }
+    }
+}
+
+/// Stands in for a bell the board does not have (never handed out: `connect` checks).
+static EMPTY_BELL: Doorbell = Doorbell::new();
+
+/// A doorbell with what keeps it mapped.
+pub(crate) enum BellRef {
+    Segment(Arc<Segment>),
+    Board(Arc<Board>, u32),
+}
+
+impl BellRef {
+    pub fn get(&self) -> &Doorbell {
+        match self {
+            BellRef::Board(board, bell) => match board.bell(*bell) {
+                Some(b) => b,
+                None => &EMPTY_BELL,
+            },
+            BellRef::Segment(seg) => &seg.header().to_agent,
+        }
+    }
 }
 
 pub(crate) struct Entry {
@@ -67,9 +110,13 @@ pub(crate) struct Entry {
     pub decl: QueueDecl,
     /// The daemon's id for the queue while connected.
     pub remote: Option<QueueId>,
-    /// The last command generation applied, and whether it left the queue suspended.
+    /// The last command generation applied, and whether the queue is suspended now (by the
+    /// daemon's command or the board).
     pub applied: u64,
     pub suspended: bool,
+    /// The report word under which the control thread last saw the queue's board bit set
+    /// while the queue was idle (a fast-path hint whose submission never reported).
+    pub stale_bit: Option<u64>,
 }
 
 pub(crate) struct Inner {
@@ -78,6 +125,8 @@ pub(crate) struct Inner {
     /// Each queue's newest Ready/Idle report as a slot word, kept in both modes so that a switch
     /// hands the other scheduler the queue's current state.
     pub reports: Vec<AtomicU64>,
+    /// Each slot's bit on the board plus one (0: none), read on every submission.
+    pub bits: Vec<AtomicU32>,
     pub local: LocalScheduler,
     pub local_sink: xpreempt_core::xqueue::threaded::EventSink,
     /// Whether the scheduler in charge wants work reports (see `sink::mirror_wants_work`).
@@ -87,6 +136,8 @@ pub(crate) struct Inner {
     pub shutdown: AtomicBool,
     /// Said once: the process runs without a daemon.
     pub said_local: AtomicBool,
+    /// How long the control thread keeps spinning after a fast-path preemption.
+    pub hot: Duration,
 }
 
 impl Inner {
@@ -103,6 +154,21 @@ pub struct Options {
     /// How long the control thread spins on its doorbell before sleeping
     /// (`XPREEMPT_AGENT_SPIN_US`, default 20 µs): longer answers the daemon sooner and costs CPU.
     pub spin: Duration,
+    /// While a queue of this process has work and a higher queue of its user exists, the
+    /// control thread spins on its bell instead of sleeping, for this long after the last
+    /// preemption it saw (`XPREEMPT_AGENT_HOT_US`, default 50 ms; 0: never): a higher queue's
+    /// submission then stops this one without a wake-up, at the cost of a core while both are
+    /// busy.
+    pub hot: Duration,
+}
+
+fn env_us(name: &str, default: u64) -> Duration {
+    Duration::from_micros(
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default),
+    )
 }
 
 impl Default for Options {
@@ -118,12 +184,8 @@ impl Default for Options {
                         .map(|n| n.to_string_lossy().into_owned())
                 })
                 .unwrap_or_else(|| "process".into()),
-            spin: Duration::from_micros(
-                std::env::var("XPREEMPT_AGENT_SPIN_US")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(20),
-            ),
+            spin: env_us("XPREEMPT_AGENT_SPIN_US", 20),
+            hot: env_us("XPREEMPT_AGENT_HOT_US", 50_000),
         }
     }
 }
@@ -142,6 +204,7 @@ impl Agent {
             mode: RwLock::new(Mode::Local),
             queues: Mutex::new((0..SLOTS).map(|_| None).collect()),
             reports: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            bits: (0..SLOTS).map(|_| AtomicU32::new(0)).collect(),
             local_sink: local.sink(),
             wants_work: Arc::new(AtomicBool::new(false)),
             local,
@@ -149,6 +212,7 @@ impl Agent {
             name: options.name,
             shutdown: AtomicBool::new(false),
             said_local: AtomicBool::new(false),
+            hot: options.hot,
         });
         match connect(&inner) {
             Ok(conn) => *inner.mode.write().unwrap_or_else(|p| p.into_inner()) = Mode::Remote(conn),
@@ -210,10 +274,13 @@ impl Agent {
             remote: None,
             applied: 0,
             suspended: false,
+            stale_bit: None,
         };
         match &*mode {
             Mode::Remote(conn) => {
-                entry.remote = Some(register_remote(conn, slot as u32, &entry.decl, 0)?)
+                let (remote, bit) = register_remote(conn, slot as u32, &entry.decl, 0)?;
+                entry.remote = Some(remote);
+                set_bit(&self.inner, slot, bit);
             }
             Mode::Local => self
                 .inner
@@ -241,6 +308,7 @@ impl Agent {
         };
         match (&*mode, entry.remote) {
             (Mode::Remote(conn), Some(remote)) => {
+                set_bit(&self.inner, queue.0 as usize, None);
                 let _ = request(conn, &ClientMsg::Unregister { queue: remote });
             }
             _ => self.inner.local.unregister(queue),
@@ -252,7 +320,7 @@ impl Drop for Agent {
     fn drop(&mut self) {
         self.inner.shutdown.store(true, Ordering::SeqCst);
         if let Mode::Remote(conn) = &*self.inner.mode.read().unwrap_or_else(|p| p.into_inner()) {
-            conn.segment.header().to_agent.ring();
+            conn.bell_ref().get().ring();
         }
         if let Some(t) = self.control.take() {
             let _ = t.join();
@@ -282,25 +350,39 @@ pub(crate) fn connect(inner: &Inner) -> Result<Connection, AgentError> {
             name: inner.name.clone(),
         },
     )?;
-    match frame::read::<DaemonMsg>(&mut stream)? {
-        DaemonMsg::Welcome { .. } => {}
+    let bell = match frame::read::<DaemonMsg>(&mut stream)? {
+        DaemonMsg::Welcome { bell, .. } => bell,
         DaemonMsg::Refused { reason } => return Err(AgentError::Refused(reason)),
         _ => return Err(AgentError::Unexpected),
-    }
+    };
     let segment = Arc::new(Segment::open(recv_fd(&stream)?)?);
+    let board = match bell {
+        Some(bell) => Some((Arc::new(Board::open(recv_fd(&stream)?)?), bell))
+            .filter(|(b, bell)| b.bell(*bell).is_some()),
+        None => None,
+    };
     Ok(Connection {
         stream: Mutex::new(stream),
         segment,
+        board,
     })
 }
 
-/// Registers slot `slot` with the daemon, publishing the queue's current report first.
+/// Records slot `slot`'s board bit (`None`: it has none).
+pub(crate) fn set_bit(inner: &Inner, slot: usize, bit: Option<u32>) {
+    if let Some(b) = inner.bits.get(slot) {
+        b.store(bit.map_or(0, |b| b + 1), Ordering::SeqCst);
+    }
+}
+
+/// Registers slot `slot` with the daemon, publishing the queue's current report first; returns
+/// the daemon's id of the queue and its board bit.
 pub(crate) fn register_remote(
     conn: &Connection,
     slot: u32,
     decl: &QueueDecl,
     report: u64,
-) -> Result<QueueId, AgentError> {
+) -> Result<(QueueId, Option<u32>), AgentError> {
     if let Some(s) = conn.segment.slot(slot) {
         s.report.store(report, Ordering::SeqCst);
         s.applied.store(0, Ordering::SeqCst);
@@ -312,14 +394,22 @@ pub(crate) fn register_remote(
             decl: decl.clone(),
         },
     )?;
-    let queue = match reply {
-        DaemonMsg::Registered { queue } => queue,
+    let (queue, bit) = match reply {
+        DaemonMsg::Registered { queue, bit } => (queue, bit),
         DaemonMsg::Refused { reason } => return Err(AgentError::Refused(reason)),
         _ => return Err(AgentError::Unexpected),
     };
     // The daemon reads the report on its next wake-up.
     conn.segment.header().to_daemon.ring();
-    Ok(queue)
+    if let (Some((board, _)), Some(bit)) = (&conn.board, bit) {
+        // A queue that registers with work already shows it.
+        let active = matches!(
+            xpreempt_ipc::shm::decode_report(report),
+            Some(xpreempt_core::sched::QueueReport::Ready { .. })
+        );
+        board.announce(bit, active);
+    }
+    Ok((queue, bit))
 }
 
 pub(crate) fn request(conn: &Connection, msg: &ClientMsg) -> Result<DaemonMsg, AgentError> {

@@ -1,6 +1,8 @@
-//! Where the process's queues report. Ready/Idle go into the queue's slot and ring the daemon
-//! (no system call while the daemon's thread is awake); admission retries and hook work go over
-//! the socket; without a daemon everything goes to the local scheduler.
+//! Where the process's queues report. Ready/Idle go into the queue's slot, flip the queue's bit
+//! on the board (ringing the agents of the queues it preempts), and ring the daemon unless it
+//! said it needs no doorbell for the queue (no system call while the daemon's thread is awake);
+//! admission retries and hook work go over the socket; without a daemon everything goes to the
+//! local scheduler.
 
 use crate::{Inner, Mode};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,6 +10,7 @@ use std::sync::{Arc, Weak};
 use xpreempt_core::QueueId;
 use xpreempt_core::sched::QueueReport;
 use xpreempt_core::xqueue::threaded::{EventSink, ReportSink};
+use xpreempt_ipc::board::Board;
 use xpreempt_ipc::frame;
 use xpreempt_ipc::msg::ClientMsg;
 use xpreempt_ipc::shm::encode_report;
@@ -56,13 +59,56 @@ pub(crate) fn publish(inner: &Inner, mode: &Mode, queue: QueueId, report: QueueR
     store_newest(latest, word);
     match mode {
         Mode::Remote(conn) => {
-            if let Some(slot) = conn.segment.slot(queue.0)
-                && store_newest(&slot.report, word)
+            let Some(slot) = conn.segment.slot(queue.0) else {
+                return;
+            };
+            let board = conn
+                .board
+                .as_ref()
+                .map(|(b, _)| b)
+                .zip(bit_of(inner, queue));
+            // Set before the daemon can see the Ready: a suspension it lifts on this bit must
+            // not find the bit clear while the queue has work.
+            if let Some((b, bit)) = board
+                && is_active(word)
             {
+                b.announce(bit, true);
+            }
+            let stored = store_newest(&slot.report, word);
+            if let Some((b, bit)) = board {
+                show_on_board(b, bit, &slot.report);
+            }
+            if stored && slot.quiet.load(Ordering::SeqCst) == 0 {
                 conn.segment.header().to_daemon.ring();
             }
         }
         Mode::Local => inner.local_sink.report(queue, report),
+    }
+}
+
+/// Whether a report word says the queue has work.
+pub(crate) fn is_active(word: u64) -> bool {
+    word & (1 << 31) != 0 && word >> 32 != 0
+}
+
+pub(crate) fn bit_of(inner: &Inner, queue: QueueId) -> Option<u32> {
+    inner
+        .bits
+        .get(queue.0 as usize)
+        .map(|b| b.load(Ordering::SeqCst))
+        .and_then(|b| b.checked_sub(1))
+}
+
+/// Makes the queue's bit say what its newest report says. Reports race between threads (the
+/// submitter's Ready, the watcher's Idle), so after flipping the bit it looks again: whoever
+/// stored the newest report leaves the bit matching it.
+fn show_on_board(board: &Board, bit: u32, report: &AtomicU64) {
+    loop {
+        let word = report.load(Ordering::SeqCst);
+        board.announce(bit, is_active(word));
+        if report.load(Ordering::SeqCst) == word {
+            return;
+        }
     }
 }
 
@@ -110,5 +156,24 @@ impl ReportSink for Sink {
 
     fn wants_work(&self) -> bool {
         self.1.load(Ordering::Relaxed)
+    }
+
+    /// The fast path: an idle queue with a board bit shows it has work before its first launch,
+    /// so the queues it preempts stop while the launch goes on.
+    fn submitting(&self, queue: QueueId) {
+        let Some(inner) = self.0.upgrade() else {
+            return;
+        };
+        let Some(bit) = bit_of(&inner, queue) else {
+            return;
+        };
+        let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
+        if let Mode::Remote(conn) = &*mode
+            && let Some((board, _)) = &conn.board
+            && let Some(slot) = conn.segment.slot(queue.0)
+            && !is_active(slot.report.load(Ordering::SeqCst))
+        {
+            board.announce(bit, true);
+        }
     }
 }

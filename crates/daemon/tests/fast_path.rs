@@ -1,0 +1,133 @@
+//! The fast path: agents of one user stop and restart each other's queues through their board
+//! while the daemon cannot answer at all (stopped with SIGSTOP), and not without the fast path;
+//! a queue alone on its device does not wake the daemon for its Ready/Idle.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+use xpreempt_core::HwQueue;
+use xpreempt_core::xqueue::threaded::Preemptible;
+use xpreempt_ipc::msg::{ClientMsg, DaemonMsg};
+
+/// A low queue kept busy, a high queue in another agent submits while the daemon is stopped:
+/// returns whether the low queue was suspended meanwhile, and whether it then ran again (both
+/// before the daemon continues). Every command still runs exactly once.
+fn high_submits_while_the_daemon_is_stopped(name: &str, args: &[&str]) -> (bool, bool) {
+    let sock = socket(name);
+    let d = DaemonProcess::start(&sock, args);
+    let dev = Device::new();
+    let (a, b) = (agent(&sock, "low"), agent(&sock, "high"));
+    assert!(a.is_remote() && b.is_remote());
+    let low = queue(&a, &dev, 1);
+    let high = queue(&b, &dev, 10);
+    for _ in 0..100 {
+        low.submit(kernel(2, 200_000)).unwrap();
+    }
+    // The daemon has seen both queues (the list shows the low one busy) before it stops.
+    let mut op = Operator::connect(&sock);
+    assert!(
+        within(Duration::from_secs(2), || op
+            .list()
+            .iter()
+            .any(|r| r.in_flight > 0))
+        .is_some()
+    );
+    d.signal(libc::SIGSTOP);
+    high.submit(kernel(1, 20_000_000)).unwrap();
+    let suspended = within(Duration::from_millis(300), || low.is_suspended()).is_some();
+    high.wait_all().unwrap();
+    let resumed = suspended && within(Duration::from_millis(300), || !low.is_suspended()).is_some();
+    d.signal(libc::SIGCONT);
+    low.wait_all().unwrap();
+    assert_eq!(low.hal().completed(), 100);
+    for s in 0..100 {
+        assert_eq!(dev.dev.block_runs(low.hal(), s), vec![1, 1], "command {s}");
+    }
+    (suspended, resumed)
+}
+
+#[test]
+fn a_higher_queue_stops_and_restarts_a_lower_one_through_the_board_without_the_daemon() {
+    let (suspended, resumed) = high_submits_while_the_daemon_is_stopped("board", &[]);
+    assert!(suspended, "the board did not stop the low queue");
+    assert!(
+        resumed,
+        "the low queue did not run again when the high one went idle"
+    );
+}
+
+#[test]
+fn without_the_fast_path_a_stopped_daemon_stops_nobody() {
+    let (suspended, _) = high_submits_while_the_daemon_is_stopped("noboard", &["--no-fast-path"]);
+    assert!(
+        !suspended,
+        "something other than the daemon suspended the low queue"
+    );
+}
+
+fn wakeups(op: &mut Operator) -> u64 {
+    match op.ask(&ClientMsg::Stats) {
+        DaemonMsg::Stats(s) => s.fast_path_wakeups,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_queue_alone_on_its_device_reports_without_waking_the_daemon() {
+    let sock = socket("quiet");
+    let _d = daemon(&sock);
+    let dev = Device::new();
+    let a = agent(&sock, "alone");
+    let q = queue(&a, &dev, 5);
+    let mut op = Operator::connect(&sock);
+    // Registration's own wake-ups are over.
+    std::thread::sleep(Duration::from_millis(50));
+    let before = wakeups(&mut op);
+    for _ in 0..20 {
+        q.submit(kernel(1, 10_000)).unwrap();
+        q.wait_all().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let quiet = wakeups(&mut op) - before;
+    assert!(
+        quiet < 10,
+        "{quiet} wake-ups for 20 requests of a queue alone on its device"
+    );
+    // The operator still sees what it does (reports are read on demand): busy, then idle.
+    for _ in 0..20 {
+        q.submit(kernel(4, 1_000_000)).unwrap();
+    }
+    assert!(
+        within(Duration::from_secs(2), || op.list()[0].state
+            != xpreempt_core::sched::protocol::QueueState::Idle)
+        .is_some()
+    );
+    q.wait_all().unwrap();
+    // A second queue on the device: both ring again, and the first one's work is decided on.
+    let b = agent(&sock, "second");
+    let other = queue(&b, &dev, 1);
+    let before = wakeups(&mut op);
+    for _ in 0..20 {
+        q.submit(kernel(1, 10_000)).unwrap();
+        q.wait_all().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        wakeups(&mut op) - before >= 20,
+        "a queue that shares its device must wake the daemon"
+    );
+    for _ in 0..10 {
+        other.submit(kernel(2, 500_000)).unwrap();
+    }
+    q.submit(kernel(1, 5_000_000)).unwrap();
+    assert!(
+        within(Duration::from_secs(2), || Preemptible::stats(&*other)
+            .preemptions
+            > 0)
+        .is_some(),
+        "the higher queue did not preempt the lower one"
+    );
+    q.wait_all().unwrap();
+    other.wait_all().unwrap();
+}
