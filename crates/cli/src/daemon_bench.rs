@@ -34,6 +34,13 @@ pub struct Args {
     /// How long the agents' control threads spin before sleeping (µs).
     #[arg(long, default_value_t = 20)]
     agent_spin_us: u64,
+    /// How long an agent whose queue a higher one may preempt keeps spinning after the last
+    /// such preemption (µs; 0: never spins longer than --agent-spin-us).
+    #[arg(long, default_value_t = 50_000)]
+    agent_hot_us: u64,
+    /// Run the daemon without the fast path: every suspension waits for its decision.
+    #[arg(long)]
+    no_fast_path: bool,
     /// How long to watch the idle daemon's CPU use (s).
     #[arg(long, default_value_t = 3.0)]
     idle_secs: f64,
@@ -48,6 +55,8 @@ struct Result_ {
     samples: usize,
     spin_us: u64,
     agent_spin_us: u64,
+    agent_hot_us: u64,
+    fast_path: bool,
     ready_to_suspend_us: Percentiles,
     daemon_cpu_idle_pct: f64,
     daemon_cpu_load_pct: f64,
@@ -126,6 +135,58 @@ impl Drop for Release {
     }
 }
 
+/// A hardware queue whose commands complete when the benchmark says so: the high queue stays
+/// busy until its sample is taken, however long a loaded machine takes to suspend the low one.
+#[derive(Default)]
+struct Gate {
+    launched: AtomicU64,
+    done: Mutex<u64>,
+    wake: Condvar,
+}
+
+impl Gate {
+    /// Completes everything launched so far.
+    fn finish(&self) {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = self.launched.load(Ordering::SeqCst);
+        self.wake.notify_all();
+    }
+}
+
+struct GateHal(Arc<Gate>);
+
+impl HwQueue for GateHal {
+    type Payload = ();
+    fn max_level(&self) -> Level {
+        Level::Lv1
+    }
+    fn launch(&self, _: Seq, _: &mut Command<()>, _: bool) -> Result<(), HalError> {
+        self.0.launched.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn record_sync(&self) -> Result<(), HalError> {
+        Ok(())
+    }
+    fn completed(&self) -> Seq {
+        *self.0.done.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
+        let mut done = self.0.done.lock().unwrap_or_else(|p| p.into_inner());
+        while *done < upto {
+            done = self.0.wake.wait(done).unwrap_or_else(|p| p.into_inner());
+        }
+        Ok(())
+    }
+}
+
+/// Finishes the high queue's work when dropped, so that its watcher can stop.
+struct Finish(Arc<Gate>);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        self.0.finish();
+    }
+}
+
 /// A hardware queue whose commands each take `work` after their launch: long enough for the
 /// daemon to see the queue busy (a shorter burst is over before it matters).
 struct Timed {
@@ -185,11 +246,12 @@ fn decl(device: u32, priority: i32, level: Level) -> Declaration {
     }
 }
 
-fn agent(socket: &Path, name: &str, spin_us: u64) -> Result<Agent> {
+fn agent(socket: &Path, name: &str, spin_us: u64, hot_us: u64) -> Result<Agent> {
     let a = Agent::start(Options {
         socket: socket.to_path_buf(),
         name: name.into(),
         spin: Duration::from_micros(spin_us),
+        hot: Duration::from_micros(hot_us),
         ..Options::default()
     })?;
     if !a.is_remote() {
@@ -213,9 +275,14 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let socket = dir.join("xpreempt.sock");
     let exe = std::env::current_exe()?;
+    let mut daemon = Proc::new(&exe);
+    daemon.args(["daemon", "--spin-us", &args.spin_us.to_string()]);
+    if args.no_fast_path {
+        daemon.arg("--no-fast-path");
+    }
     let mut daemon = Guard(
-        Proc::new(&exe)
-            .args(["daemon", "--spin-us", &args.spin_us.to_string(), "--socket"])
+        daemon
+            .arg("--socket")
             .arg(&socket)
             .env("XPREEMPT_LOG", "warn")
             .stderr(Stdio::null())
@@ -246,10 +313,10 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
                 .context("starting a client process")?,
         ));
     }
-    let spin = args.agent_spin_us;
+    let (spin, hot) = (args.agent_spin_us, args.agent_hot_us);
     let (low_agent, high_agent) = (
-        agent(&socket, "bench-low", spin)?,
-        agent(&socket, "bench-high", spin)?,
+        agent(&socket, "bench-low", spin, hot)?,
+        agent(&socket, "bench-high", spin, hot)?,
     );
     let busy = Arc::new(Busy::default());
     let epoch = Instant::now();
@@ -260,11 +327,13 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
     )?;
     // Declared after `low`, so dropped first on any exit: lets the low queue's watcher go.
     let _release = Release(busy.clone());
+    let gate = Arc::new(Gate::default());
     let high = high_agent.queue(
         decl(0, 100, Level::Lv1),
         QueueConfig::new(4, 2, Level::Lv1)?,
-        Timed::new(Duration::from_millis(2)),
+        GateHal(gate.clone()),
     )?;
+    let _finish = Finish(gate.clone());
     low.submit(command()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let cpu_before = cpu_ticks(daemon.0.id())?;
     let started = Instant::now();
@@ -283,8 +352,11 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         wait_for(
             || busy.stopped_at.load(Ordering::SeqCst) != 0,
             "the low queue's suspension",
-        )?;
+        )
+        .with_context(|| format!("sample {i}"))?;
         let t1 = busy.stopped_at.load(Ordering::SeqCst);
+        // The high queue goes idle; the low one is resumed before the next sample.
+        gate.finish();
         if t1 < t0 {
             bail!("the low queue was suspended by something else than the measured submission");
         }
@@ -295,7 +367,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
     }
     let load_secs = started.elapsed().as_secs_f64();
     let load = ticks_pct(cpu_ticks(daemon.0.id())? - cpu_before, load_secs);
-    drop((_release, low, high, low_agent, high_agent, others));
+    drop((_finish, _release, low, high, low_agent, high_agent, others));
     let _ = daemon.0.kill();
     let _ = std::fs::remove_dir_all(&dir);
     samples.sort_by(f64::total_cmp);
@@ -305,6 +377,8 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         samples: samples.len(),
         spin_us: args.spin_us,
         agent_spin_us: args.agent_spin_us,
+        agent_hot_us: args.agent_hot_us,
+        fast_path: !args.no_fast_path,
         ready_to_suspend_us: Percentiles {
             p50: pick(0.5),
             p99: pick(0.99),
@@ -313,7 +387,11 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         },
         daemon_cpu_idle_pct: idle,
         daemon_cpu_load_pct: load,
-        path: "scheduler (xpreemptd, shared-memory fast path)",
+        path: if args.no_fast_path {
+            "scheduler (xpreemptd decides every suspension; shared-memory slots)"
+        } else {
+            "scheduler (xpreemptd; the fast path: the agents of one user stop preempted queues through their board, the daemon confirms)"
+        },
     };
     if let Some(p) = &args.out {
         std::fs::write(p, serde_json::to_string_pretty(&r)?)
@@ -321,10 +399,12 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
     }
     out.emit(&r, || {
         format!(
-            "daemon decision latency, {} clients, spin {} µs (agents {} µs), {} samples\nReady -> remote Suspend applied: p50 {:.1} µs  p99 {:.1} µs  p99.9 {:.1} µs  max {:.1} µs\ndaemon CPU: idle {:.2} % of a core, under load {:.1} %\n",
+            "daemon decision latency, {} clients, spin {} µs (agents {} µs, hot {} µs), fast path {}, {} samples\nReady -> remote Suspend applied: p50 {:.1} µs  p99 {:.1} µs  p99.9 {:.1} µs  max {:.1} µs\ndaemon CPU: idle {:.2} % of a core, under load {:.1} %\n",
             r.clients,
             r.spin_us,
             r.agent_spin_us,
+            r.agent_hot_us,
+            if r.fast_path { "on" } else { "off" },
             r.samples,
             r.ready_to_suspend_us.p50,
             r.ready_to_suspend_us.p99,
@@ -391,7 +471,7 @@ pub struct ClientArgs {
 
 /// A background client of the benchmark: one queue that gets a short burst every 10 ms.
 pub fn client(args: &ClientArgs) -> Result<()> {
-    let a = agent(&args.socket, "bench-client", 20)?;
+    let a = agent(&args.socket, "bench-client", 20, 50_000)?;
     let q = a.queue(
         decl(1, args.priority, Level::Lv1),
         QueueConfig::new(4, 2, Level::Lv1)?,
