@@ -315,3 +315,139 @@ fn last_completion_of(seen: &[(QueueId, Work)]) -> Option<u64> {
         _ => None,
     })
 }
+
+/// Records on which thread it was suspended.
+#[derive(Default)]
+struct ThreadProbe {
+    id: u32,
+    suspended_on: std::sync::Mutex<Vec<String>>,
+    suspended: AtomicBool,
+}
+
+impl Preemptible for ThreadProbe {
+    fn queue_id(&self) -> QueueId {
+        QueueId(self.id)
+    }
+    fn suspend(&self) -> Result<Option<QueueReport>, QueueOpError> {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        self.suspended_on.lock().unwrap().push(name);
+        self.suspended.store(true, Ordering::SeqCst);
+        Ok(None)
+    }
+    fn resume(&self) -> Result<Option<QueueReport>, QueueOpError> {
+        self.suspended.store(false, Ordering::SeqCst);
+        Ok(None)
+    }
+    fn stats(&self) -> xpreempt_core::stats::QueueStats {
+        xpreempt_core::stats::QueueStats::default()
+    }
+    fn set_refused(&self, _: bool) {}
+}
+
+#[test]
+fn once_preemptions_happen_the_spinning_preemption_thread_stops_the_low_queue() {
+    let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
+    let low = Arc::new(ThreadProbe::default());
+    let high = Arc::new(ThreadProbe {
+        id: 1,
+        ..ThreadProbe::default()
+    });
+    sched
+        .register(QueueInfo::new(QueueId(0), 1), low.clone())
+        .unwrap();
+    sched
+        .register(QueueInfo::new(QueueId(1), 9), high.clone())
+        .unwrap();
+    let sink = sched.sink();
+    let ready = |generation| QueueReport::Ready {
+        pending: 1,
+        generation,
+    };
+    sink.report(QueueId(0), ready(1));
+    for round in 0..20u64 {
+        sink.report(QueueId(1), ready(2 * round + 1));
+        assert!(
+            within(|| low.suspended.load(Ordering::SeqCst)),
+            "round {round}: the low queue was not suspended"
+        );
+        sink.report(
+            QueueId(1),
+            QueueReport::Idle {
+                generation: 2 * round + 2,
+            },
+        );
+        assert!(
+            !low.suspended.load(Ordering::SeqCst),
+            "round {round}: not resumed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let on = low.suspended_on.lock().unwrap().clone();
+    assert_eq!(on.len(), 20, "each preemption suspends once: {on:?}");
+    assert_ne!(on[0], "xpreempt-preempt", "the first one runs inline");
+    assert!(
+        on.iter().filter(|t| *t == "xpreempt-preempt").count() >= 15,
+        "later ones go to the spinning thread: {on:?}"
+    );
+    drop(sched);
+}
+
+#[test]
+fn without_a_hot_window_every_suspension_runs_on_the_reporting_thread() {
+    let sched = LocalScheduler::start_with(
+        Scheduler::new(policy::by_name("hpf").unwrap()),
+        Duration::ZERO,
+    )
+    .unwrap();
+    let low = Arc::new(ThreadProbe::default());
+    let high = Arc::new(ThreadProbe {
+        id: 1,
+        ..ThreadProbe::default()
+    });
+    sched
+        .register(QueueInfo::new(QueueId(0), 1), low.clone())
+        .unwrap();
+    sched
+        .register(QueueInfo::new(QueueId(1), 9), high.clone())
+        .unwrap();
+    let sink = sched.sink();
+    sink.report(
+        QueueId(0),
+        QueueReport::Ready {
+            pending: 1,
+            generation: 1,
+        },
+    );
+    for round in 0..5u64 {
+        sink.report(
+            QueueId(1),
+            QueueReport::Ready {
+                pending: 1,
+                generation: 2 * round + 1,
+            },
+        );
+        assert!(
+            low.suspended.load(Ordering::SeqCst),
+            "suspended before the report returns"
+        );
+        sink.report(
+            QueueId(1),
+            QueueReport::Idle {
+                generation: 2 * round + 2,
+            },
+        );
+    }
+    let on = low.suspended_on.lock().unwrap().clone();
+    assert!(on.iter().all(|t| t != "xpreempt-preempt"), "{on:?}");
+}
+
+fn within(mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        if f() {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    false
+}

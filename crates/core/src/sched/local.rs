@@ -2,10 +2,14 @@
 //!
 //! A queue's report runs the [`Driver`] on the reporting thread and applies the resulting
 //! suspend/resume at once: a latency-critical submission preempts the best-effort queue without
-//! waking any other thread (handing decisions to a separate thread cost hundreds of µs at p99 on
-//! the GPU machine). A timer thread only serves the policy's timeslices, aging and resume retries.
+//! waking any other thread (handing decisions to a sleeping thread cost hundreds of µs at p99 on
+//! the GPU machine). The one exception is a thread that already spins: while a queue with work
+//! can be preempted and preemptions happen, the preemption thread ([`super::preempter`]) spins
+//! and takes the suspensions off the reporting thread. A timer thread serves the policy's
+//! timeslices, aging and resume retries.
 
 use super::driver::Driver;
+use super::preempter::{DEFAULT_HOT, LocalQueue, Preempter};
 use super::protocol::{QueueInfo, QueueReport, SchedEvent};
 use super::scheduler::{SchedError, Scheduler};
 use crate::stats::SchedulerStats;
@@ -17,7 +21,8 @@ use std::time::{Duration, Instant};
 use xpreempt_types::{Nanos, QueueId};
 
 struct Shared {
-    driver: Mutex<Driver<Arc<dyn Preemptible>>>,
+    driver: Mutex<Driver<LocalQueue>>,
+    preempter: Arc<Preempter>,
     /// Wakes the timer thread when the next wake-up time moves earlier, or at shutdown.
     timer: Condvar,
     shutdown: AtomicBool,
@@ -29,6 +34,7 @@ struct Shared {
 pub struct LocalScheduler {
     shared: Arc<Shared>,
     timer: Option<JoinHandle<()>>,
+    preempter: Option<JoinHandle<()>>,
 }
 
 /// Where queues report; holds the scheduler weakly, so queues do not keep a dropped one alive.
@@ -54,9 +60,16 @@ impl ReportSink for Sink {
 
 impl LocalScheduler {
     pub fn start(scheduler: Scheduler) -> std::io::Result<Self> {
+        Self::start_with(scheduler, DEFAULT_HOT)
+    }
+
+    /// `hot`: how long the preemption thread spins after the last preemption while a queue with
+    /// work can be preempted (zero: never; every suspension runs on the reporting thread).
+    pub fn start_with(scheduler: Scheduler, hot: Duration) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             wants_work: Arc::new(AtomicBool::new(scheduler.wants_work())),
             driver: Mutex::new(Driver::new(scheduler)),
+            preempter: Arc::new(Preempter::new(hot)),
             timer: Condvar::new(),
             shutdown: AtomicBool::new(false),
             epoch: Instant::now(),
@@ -65,9 +78,15 @@ impl LocalScheduler {
         let timer = std::thread::Builder::new()
             .name("xpreempt-timer".into())
             .spawn(move || run_timer(&for_timer))?;
+        let for_preempter = Arc::clone(&shared);
+        let preempter = std::thread::Builder::new()
+            .name("xpreempt-preempt".into())
+            .spawn(move || run_preempter(&for_preempter))?;
+        shared.preempter.set_thread(preempter.thread().clone());
         Ok(Self {
             shared,
             timer: Some(timer),
+            preempter: Some(preempter),
         })
     }
 
@@ -80,6 +99,10 @@ impl LocalScheduler {
     }
 
     pub fn register(&self, info: QueueInfo, queue: Arc<dyn Preemptible>) -> Result<(), SchedError> {
+        let queue = LocalQueue {
+            queue,
+            preempter: Arc::clone(&self.shared.preempter),
+        };
         self.shared.run(|d, clock| d.register(info, queue, clock))
     }
 
@@ -102,14 +125,18 @@ impl Drop for LocalScheduler {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Relaxed);
         self.shared.timer.notify_all();
+        self.shared.preempter.wake();
         if let Some(t) = self.timer.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.preempter.take() {
             let _ = t.join();
         }
     }
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Driver<Arc<dyn Preemptible>>> {
+    fn lock(&self) -> MutexGuard<'_, Driver<LocalQueue>> {
         self.driver.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -121,16 +148,14 @@ impl Shared {
     /// if the next wake-up moved earlier. Queues never hold their own lock while reporting, and
     /// hand back what suspend/resume changed instead of reporting it, so taking queue locks
     /// under the driver's lock cannot deadlock.
-    fn run<T>(
-        &self,
-        f: impl FnOnce(&mut Driver<Arc<dyn Preemptible>>, &dyn Fn() -> Nanos) -> T,
-    ) -> T {
+    fn run<T>(&self, f: impl FnOnce(&mut Driver<LocalQueue>, &dyn Fn() -> Nanos) -> T) -> T {
         let mut d = self.lock();
         let before = d.next_wake();
         let out = f(&mut d, &|| self.now());
         let after = d.next_wake();
         self.wants_work
             .store(d.scheduler().wants_work(), Ordering::Relaxed);
+        self.preempter.set_exposed(exposed(d.scheduler()));
         drop(d);
         if after.is_some() && (before.is_none() || after < before) {
             self.timer.notify_one();
@@ -163,4 +188,69 @@ fn run_timer(shared: &Shared) {
             }
         }
     }
+}
+
+/// Whether a queue with work (running, or stopped for now) has a queue ranked above it, which
+/// may stop it (again).
+fn exposed(s: &Scheduler) -> bool {
+    let Some(ranks) = s.preemption_ranks() else {
+        return false;
+    };
+    let Some(top) = ranks.iter().map(|r| r.rank).max() else {
+        return false;
+    };
+    ranks.iter().any(|r| r.active && r.rank < top)
+}
+
+/// Spins while hot, taking the suspensions handed to it; sleeps otherwise.
+fn run_preempter(shared: &Shared) {
+    let p = &shared.preempter;
+    while !shared.shutdown.load(Ordering::Relaxed) {
+        if p.is_hot() {
+            p.spinning(true);
+            let seen = p.bell();
+            let start = Instant::now();
+            while p.bell() == seen
+                && start.elapsed() < SPIN_SLICE
+                && !shared.shutdown.load(Ordering::Relaxed)
+            {
+                std::hint::spin_loop();
+            }
+        } else {
+            p.spinning(false);
+            apply_handed_off(shared);
+            std::thread::park_timeout(Duration::from_millis(20));
+        }
+        apply_handed_off(shared);
+    }
+    p.spinning(false);
+}
+
+/// How long one spin of the preemption thread lasts before it looks whether it is still hot.
+const SPIN_SLICE: Duration = Duration::from_millis(1);
+
+/// Suspends the queues handed off, those the scheduler still wants suspended (a resume decided
+/// meanwhile wins), under the driver's lock like an inline suspension.
+fn apply_handed_off(shared: &Shared) {
+    let ids = shared.preempter.take();
+    if ids.is_empty() {
+        return;
+    }
+    shared.run(|d, clock| {
+        for id in ids {
+            if d.scheduler().is_allowed(id) {
+                continue;
+            }
+            let Some(q) = d.queue(id) else { continue };
+            match Preemptible::suspend(&*q.queue) {
+                Ok(Some(report)) => {
+                    if let Err(e) = d.report(id, report, clock) {
+                        tracing::warn!(%e, "report after a suspension ignored");
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "scheduler action failed"),
+            }
+        }
+    });
 }

@@ -6,12 +6,14 @@ mod aging;
 pub mod driver;
 pub mod hooks;
 pub mod local;
+mod preempter;
 pub mod protocol;
 mod scheduler;
 
 pub use aging::{Aging, AgingError};
 pub use driver::{Driver, QueueControl};
 pub use hooks::Hooks;
+pub use preempter::DEFAULT_HOT;
 pub use protocol::{Action, QueueInfo, QueueReport, RESUME_RETRY_NS, SchedEvent, Work};
 pub use scheduler::{RankedQueue, SchedError, Scheduler};
 

@@ -199,7 +199,10 @@ pub struct Agent {
 
 impl Agent {
     pub fn start(options: Options) -> Result<Self, AgentError> {
-        let local = LocalScheduler::start(Scheduler::new(policy::by_name(&options.local_policy)?))?;
+        let local = LocalScheduler::start_with(
+            Scheduler::new(policy::by_name(&options.local_policy)?),
+            options.hot,
+        )?;
         let inner = Arc::new(Inner {
             mode: RwLock::new(Mode::Local),
             queues: Mutex::new((0..SLOTS).map(|_| None).collect()),

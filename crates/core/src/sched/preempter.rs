@@ -1,0 +1,145 @@
+//! Local mode's preemption thread: while a queue with work can be preempted (a queue above it
+//! in the policy's order exists, [`super::Scheduler::preemption_ranks`]) and a preemption
+//! happened lately, it spins, and the suspensions the scheduler decides are handed to it instead
+//! of running on the reporting thread. A latency-critical submission then pays for the decision
+//! only, not for stopping the best-effort queue's hardware (driver calls that contend with the
+//! best-effort queue's own threads), and goes on launching while the other queue stops, as a
+//! dedicated controller would. Otherwise (nothing exposed, or quiet for `hot`) it sleeps and the
+//! suspensions run inline, as before, at no CPU cost.
+
+use super::driver::QueueControl;
+use super::protocol::QueueReport;
+use crate::xqueue::QueueOpError;
+use crate::xqueue::threaded::Preemptible;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+use xpreempt_types::{Nanos, QueueId};
+
+/// How long the preemption thread keeps spinning after the last preemption, by default.
+pub const DEFAULT_HOT: Duration = Duration::from_millis(50);
+
+const NEVER: u64 = u64::MAX;
+
+pub(crate) struct Preempter {
+    /// Queues to suspend, if the scheduler still wants them suspended when the thread gets there.
+    todo: Mutex<Vec<QueueId>>,
+    bell: AtomicU64,
+    /// The thread spins now and takes hand-offs.
+    spinning: AtomicBool,
+    /// A queue with work may be preempted (the last decision saw a queue ranked above it).
+    exposed: AtomicBool,
+    /// When (ns since `epoch`) the scheduler last suspended a queue ([`NEVER`]: not yet).
+    last: AtomicU64,
+    hot: Duration,
+    epoch: Instant,
+    thread: OnceLock<Thread>,
+}
+
+impl Preempter {
+    pub fn new(hot: Duration) -> Self {
+        Self {
+            todo: Mutex::new(Vec::new()),
+            bell: AtomicU64::new(0),
+            spinning: AtomicBool::new(false),
+            exposed: AtomicBool::new(false),
+            last: AtomicU64::new(NEVER),
+            hot,
+            epoch: Instant::now(),
+            thread: OnceLock::new(),
+        }
+    }
+
+    pub fn set_thread(&self, t: Thread) {
+        let _ = self.thread.set(t);
+    }
+
+    pub fn wake(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+
+    pub fn set_exposed(&self, exposed: bool) {
+        self.exposed.store(exposed, Ordering::SeqCst);
+    }
+
+    /// Whether the thread should spin now.
+    pub fn is_hot(&self) -> bool {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let last = self.last.load(Ordering::SeqCst);
+        self.exposed.load(Ordering::SeqCst)
+            && last != NEVER
+            && now.saturating_sub(last) < self.hot.as_nanos() as u64
+    }
+
+    pub fn spinning(&self, on: bool) {
+        self.spinning.store(on, Ordering::SeqCst);
+    }
+
+    pub fn bell(&self) -> u64 {
+        self.bell.load(Ordering::SeqCst)
+    }
+
+    /// The scheduler suspends a queue: the thread is to spin for `hot` from now; it starts at
+    /// once if it sleeps.
+    fn noted(&self) {
+        self.last
+            .store(self.epoch.elapsed().as_nanos() as u64, Ordering::SeqCst);
+        if !self.spinning.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
+    /// Hands the suspension of `queue` to the spinning thread; `false` if it does not spin (the
+    /// caller suspends inline).
+    fn hand_off(&self, queue: QueueId) -> bool {
+        if !self.spinning.load(Ordering::SeqCst) {
+            return false;
+        }
+        self.todo
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(queue);
+        self.bell.fetch_add(1, Ordering::SeqCst);
+        // It may have stopped spinning after the check and drained before the push: it is not
+        // left asleep with work (an unpark before its park makes the park return at once).
+        if !self.spinning.load(Ordering::SeqCst) {
+            self.wake();
+        }
+        true
+    }
+
+    /// What was handed off so far.
+    pub fn take(&self) -> Vec<QueueId> {
+        std::mem::take(&mut *self.todo.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// A queue as local mode's driver controls it: suspensions may go to the preemption thread.
+pub(crate) struct LocalQueue {
+    pub queue: Arc<dyn Preemptible>,
+    pub preempter: Arc<Preempter>,
+}
+
+impl QueueControl for LocalQueue {
+    fn suspend(&mut self, _now: Nanos) -> Result<Option<QueueReport>, QueueOpError> {
+        if self.preempter.hand_off(self.queue.queue_id()) {
+            self.preempter.noted();
+            return Ok(None);
+        }
+        let r = Preemptible::suspend(&*self.queue);
+        // Woken only now, so that it cannot start spinning and take this one half-way.
+        self.preempter.noted();
+        r
+    }
+
+    fn resume(&mut self, _now: Nanos) -> Result<Option<QueueReport>, QueueOpError> {
+        Preemptible::resume(&*self.queue)
+    }
+
+    fn set_refused(&mut self, refused: bool) {
+        Preemptible::set_refused(&*self.queue, refused);
+    }
+}
