@@ -34,7 +34,7 @@ pub struct Args {
     /// Turn the fast path off: every suspension and resumption waits for the daemon's decision
     /// (agents of one user otherwise stop the queues they preempt themselves, through a shared
     /// board, and the daemon confirms).
-    #[arg(long, env = "XPREEMPT_NO_FAST_PATH")]
+    #[arg(long, env = "XPREEMPT_NO_FAST_PATH", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_fast_path: bool,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long)]
