@@ -21,13 +21,14 @@ fn high_submits_while_the_daemon_is_stopped(name: &str, args: &[&str]) -> (bool,
     assert!(a.is_remote() && b.is_remote());
     let low = queue(&a, &dev, 1);
     let high = queue(&b, &dev, 10);
+    // Long enough (about 200 ms of work) that a loaded CI machine still sees it busy.
     for _ in 0..100 {
-        low.submit(kernel(2, 200_000)).unwrap();
+        low.submit(kernel(2, 2_000_000)).unwrap();
     }
     // The daemon has seen both queues (the list shows the low one busy) before it stops.
     let mut op = Operator::connect(&sock);
     assert!(
-        within(Duration::from_secs(2), || op
+        within(Duration::from_secs(5), || op
             .list()
             .iter()
             .any(|r| r.in_flight > 0))
