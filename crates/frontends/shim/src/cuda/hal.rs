@@ -140,8 +140,8 @@ impl StreamHal {
     }
 
     /// At exit: like `retire`, but the events are left to the process's end. The CUDA runtime's
-    /// own exit handler may already have torn the contexts down (it registers itself again
-    /// after a device reset, and then runs before the shim's), and then they are gone already.
+    /// own exit handler may already have torn the contexts down (seen on the device after a
+    /// device reset: destroying the events then crashed inside libcuda).
     pub fn retire_at_exit(&self) {
         self.stop(false);
     }

@@ -114,19 +114,6 @@ extern "C" fn at_exit() {
     }
 }
 
-/// A context was torn down: the CUDA runtime registers its exit handler again when it comes
-/// back, and exit handlers run last-registered first, so the shim registers `at_exit` again at
-/// its next queue, to run before the runtime's (seen on the device: after a device reset, the
-/// shim's exit handler found the contexts gone).
-static REARM_EXIT: AtomicBool = AtomicBool::new(false);
-
-fn rearm_exit_handler() {
-    if REARM_EXIT.swap(false, Ordering::SeqCst) {
-        // SAFETY: registering a plain extern "C" function; running it twice is harmless.
-        unsafe { libc::atexit(at_exit) };
-    }
-}
-
 fn agent(s: &Settings) -> Option<&'static Agent> {
     AGENT
         .get_or_init(|| {
@@ -240,7 +227,6 @@ pub fn existing(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
 fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
     let s = settings();
     let agent = agent(s)?;
-    rearm_exit_handler();
     let mut ctx = ctx as Handle;
     let mut flags = 0u32;
     if !legacy
@@ -323,7 +309,6 @@ pub fn forget_all() {
         .map(|m| m.drain().filter_map(|(_, q)| q).collect())
         .unwrap_or_default();
     GENERATION.fetch_add(1, Ordering::SeqCst);
-    REARM_EXIT.store(true, Ordering::SeqCst);
     if crate::log::log_enabled() {
         shim_log!("context teardown: {} queue(s) retired", gone.len());
     }
