@@ -43,41 +43,28 @@ macro_rules! call_real {
 /// A wrapper that runs `$before` (given the stream argument), then calls libcuda.
 macro_rules! forward {
     (@ty $a:ident) => { usize };
-    ($name:ident($($a:ident),*) stream $s:ident, ptsz $p:expr) => {
+    // The one wrapper: `$before` (caught), libcuda's function, then `$after` (caught).
+    (@wrap $name:ident($($a:ident),*) before $before:expr, after $after:expr) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
             let real = real!($name);
-            let _ = std::panic::catch_unwind(|| streams::before_direct($s as Handle, $p));
-            call_real!(real, $($a),*)
+            let _ = std::panic::catch_unwind(|| $before);
+            let r = call_real!(real, $($a),*);
+            let _ = std::panic::catch_unwind(|| $after);
+            r
         }
+    };
+    ($name:ident($($a:ident),*) stream $s:ident, ptsz $p:expr) => {
+        forward!(@wrap $name($($a),*) before streams::before_direct($s as Handle, $p), after ());
     };
     ($name:ident($($a:ident),*) teardown) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
-            let real = real!($name);
-            let _ = std::panic::catch_unwind(streams::forget_all);
-            let r = call_real!(real, $($a),*);
-            let _ = std::panic::catch_unwind(launch::forget_layouts);
-            r
-        }
+        forward!(@wrap $name($($a),*) before streams::forget_all(), after launch::forget_layouts());
     };
     ($name:ident($($a:ident),*) unload) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
-            let real = real!($name);
-            let _ = std::panic::catch_unwind(streams::drain_all);
-            let r = call_real!(real, $($a),*);
-            let _ = std::panic::catch_unwind(launch::forget_layouts);
-            r
-        }
+        forward!(@wrap $name($($a),*) before streams::drain_all(), after launch::forget_layouts());
     };
     ($name:ident($($a:ident),*) drain_all) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
-            let real = real!($name);
-            let _ = std::panic::catch_unwind(streams::drain_all);
-            call_real!(real, $($a),*)
-        }
+        forward!(@wrap $name($($a),*) before streams::drain_all(), after ());
     };
 }
 

@@ -285,7 +285,7 @@ impl HwQueue for StreamHal {
         if let Some(o) = &self.observer {
             // A marker: its completion is proven by `synchronize`, which records after the
             // stream's latest work.
-            o.marker_launched();
+            o.release_hold();
             return Ok(());
         }
         if sync_point && let Err(e) = self.record(&mut g, seq + 1) {

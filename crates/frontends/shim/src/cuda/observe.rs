@@ -56,15 +56,12 @@ impl Observer {
         }
     }
 
-    /// The marker left the pending buffer (or the queue is going away).
+    /// The marker left the pending buffer (or the queue is going away): the process is
+    /// restored if a held marker interrupted it.
     pub fn release_hold(&self) {
         if self.held.swap(false, Ordering::SeqCst) {
             let _ = super::lv3::restore();
         }
-    }
-
-    pub fn marker_launched(&self) {
-        self.release_hold();
     }
 
     /// Waits until marker `upto - 1` has completed: everything launched on the stream so far.
