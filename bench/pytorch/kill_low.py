@@ -22,11 +22,12 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import percentile  # noqa: E402
 
 
 def p99(xs):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(0.99 * len(xs)))] if xs else float("nan")
+    return percentile(sorted(xs), 99)
 
 
 def wait_file(path, proc, timeout):
