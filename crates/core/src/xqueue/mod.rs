@@ -355,6 +355,11 @@ impl<P> XQueue<P> {
         }
     }
 
+    /// The oldest sync point still ahead, if any.
+    pub fn next_sync_point(&self) -> Option<Seq> {
+        self.sync_points.front().copied()
+    }
+
     /// The watermark to synchronize on so that command `seq` is seen complete, asking the hardware
     /// for a sync point if none covers it yet. `None` while the command cannot complete by
     /// waiting (not launched yet, or stopped by the hardware).

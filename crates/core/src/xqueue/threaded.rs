@@ -10,7 +10,7 @@ use crate::sched::{QueueControl, QueueReport};
 use crate::stats::QueueStats;
 use crate::xqueue::WaitPlan;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use xpreempt_hal::{HalError, HwQueue};
@@ -157,11 +157,14 @@ where
         mut command: Command<H::Payload>,
         patience: Duration,
     ) -> Result<Seq, TrySubmitError<H::Payload>> {
-        let deadline = Instant::now() + patience;
+        let mut deadline = None;
         let mut backoff = Duration::from_micros(50);
         loop {
             match self.submit(command) {
-                Err(TrySubmitError::Busy(id, c)) if Instant::now() < deadline => {
+                Err(TrySubmitError::Busy(id, c))
+                    if Instant::now()
+                        < *deadline.get_or_insert_with(|| Instant::now() + patience) =>
+                {
                     command = c;
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_millis(10));
@@ -309,9 +312,31 @@ impl<H: HwQueue> Drop for SharedXQueue<H> {
     }
 }
 
+/// How long the completion watcher lets a queue that is still getting launches go on before it
+/// asks the hardware for a sync point of its own.
+const QUIET: Duration = Duration::from_micros(20);
+
+/// Takes `m` without ever sleeping on it: a waiter that slept would cost the holder a wake-up
+/// (a system call) when it lets go, and the holder is usually the application's thread in the
+/// middle of a launch, while the other side (the watcher) can spare the wait.
+pub fn lock_quietly<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    let mut spins = 0u32;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return g,
+            Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+            Err(TryLockError::WouldBlock) if spins < 100 => {
+                spins += 1;
+                std::hint::spin_loop();
+            }
+            Err(TryLockError::WouldBlock) => std::thread::yield_now(),
+        }
+    }
+}
+
 impl<H: HwQueue> Inner<H> {
     fn lock(&self) -> MutexGuard<'_, XQueue<H::Payload>> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        lock_quietly(&self.queue)
     }
 
     fn now(&self) -> Nanos {
@@ -358,6 +383,8 @@ impl<H: HwQueue> Inner<H> {
 }
 
 fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
+    // The launch tail the watcher last saw while the queue was still getting launches.
+    let mut busy_tail = None;
     loop {
         let target = {
             let mut q = inner.lock();
@@ -394,6 +421,21 @@ fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
                         }
                     }
                     WaitPlan::Synchronize(t) => break t,
+                    // Still getting launches (the tail moved since the last look): a sync point
+                    // of the watcher's own would go between the application's launches, into
+                    // the driver's locks. Until the tail rests, it waits on the sync points the
+                    // launches carry, or naps.
+                    WaitPlan::RecordSyncThenSynchronize(t)
+                        if busy_tail != Some(t) && !q.is_suspended() =>
+                    {
+                        busy_tail = Some(t);
+                        if let Some(s) = q.next_sync_point() {
+                            break s;
+                        }
+                        drop(q);
+                        std::thread::sleep(QUIET);
+                        q = inner.lock();
+                    }
                     WaitPlan::RecordSyncThenSynchronize(t) => match q.record_sync(&inner.hal) {
                         Ok(()) => break t,
                         Err(e) => {

@@ -105,8 +105,10 @@ impl StreamHal {
         }
     }
 
+    /// The application's launch holds the state during its driver call; the watcher never
+    /// sleeps on it, so that the launch never has a sleeper to wake.
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        xpreempt_core::xqueue::threaded::lock_quietly(&self.state)
     }
 
     /// A thread starts polling one of the queue's events outside the lock (call with it held).
@@ -199,16 +201,15 @@ impl StreamHal {
         }
     }
 
-    fn reap(&self, g: &mut State) {
+    /// Event `ev`, recorded for watermark `m`, has completed: so have those recorded before it.
+    fn reached(&self, g: &mut State, m: Seq) {
         if g.retired {
-            g.completed = g.launched;
             return;
         }
-        while let Some(&(m, ev)) = g.sync.front() {
-            if driver::cuEventQuery(ev) != SUCCESS {
-                break;
-            }
-            g.completed = g.completed.max(m);
+        g.completed = g.completed.max(m);
+        while let Some(&(w, ev)) = g.sync.front()
+            && w <= m
+        {
             g.sync.pop_front();
             g.free.push(ev);
         }
@@ -308,10 +309,11 @@ impl HwQueue for StreamHal {
         self.record(&mut g, tail).map(|_| ())
     }
 
+    /// What `synchronize` has seen complete: no driver call here, since the queue's lock is
+    /// held around this and the application's launches wait for that lock.
     fn completed(&self) -> Seq {
-        let mut g = self.lock();
-        self.reap(&mut g);
-        g.completed
+        let g = self.lock();
+        if g.retired { g.launched } else { g.completed }
     }
 
     fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
@@ -325,10 +327,9 @@ impl HwQueue for StreamHal {
             (!g.retired).then(|| CtxGuard::enter(self.ctx))
         };
         loop {
-            let ev = {
+            let (m, ev) = {
                 let mut g = self.lock();
-                self.reap(&mut g);
-                if g.completed >= upto {
+                if g.retired || g.completed >= upto {
                     return Ok(());
                 }
                 if upto > g.launched {
@@ -336,16 +337,16 @@ impl HwQueue for StreamHal {
                         "synchronize beyond the launched commands",
                     ));
                 }
-                let ev = match g.sync.iter().find(|&&(m, _)| m >= upto) {
-                    Some(&(_, ev)) => ev,
+                let (m, ev) = match g.sync.iter().find(|&&(m, _)| m >= upto) {
+                    Some(&found) => found,
                     None => {
                         let tail = g.launched;
-                        self.record(&mut g, tail)?
+                        (tail, self.record(&mut g, tail)?)
                     }
                 };
                 // Counted under the lock: `retire` (which takes it first) waits for this poll.
                 self.begin_poll();
-                ev
+                (m, ev)
             };
             // Waiting without the lock; a reaped and re-recorded event only ends the wait later.
             // Polled with short sleeps instead of cuEventSynchronize: a thread spinning inside
@@ -359,6 +360,9 @@ impl HwQueue for StreamHal {
                     r => break r,
                 }
             };
+            if r == SUCCESS {
+                self.reached(&mut self.lock(), m);
+            }
             self.end_poll();
             if r != SUCCESS {
                 return Err(backend("cuEventQuery", r));

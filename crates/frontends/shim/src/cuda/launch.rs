@@ -43,8 +43,9 @@ impl Args {
     }
 }
 
-/// (offset, size) of each parameter; `None` when the driver cannot say.
-type Layout = Option<Vec<(usize, usize)>>;
+/// (offset, size) of each parameter; `None` when the driver cannot say. Shared, so that a
+/// launch does not copy it.
+type Layout = Option<Arc<[(usize, usize)]>>;
 
 static LAYOUTS: Mutex<Option<HashMap<usize, Layout>>> = Mutex::new(None);
 
@@ -60,7 +61,7 @@ fn layout(f: Handle) -> Layout {
     let mut g = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
     g.get_or_insert_with(HashMap::new)
         .entry(f as usize)
-        .or_insert_with(|| driver::param_layout(f))
+        .or_insert_with(|| driver::param_layout(f).map(Arc::from))
         .clone()
 }
 

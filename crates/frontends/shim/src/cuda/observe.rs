@@ -6,8 +6,8 @@
 //! A launch costs two atomic operations: a count of real launches, and a flag that says a marker
 //! is open. Only a launch on a stream with no open marker submits one to the queue (the Ready).
 //! The completion watcher, waiting for that marker, records an event after the stream's latest
-//! work and waits for it; if more work was launched meanwhile it goes on, so the marker (and the
-//! Idle) completes only once everything launched has. The flag is cleared before the launch
+//! work and waits for it; if more work was launched meanwhile it goes on (once the launches
+//! rest), so the marker (and the Idle) completes only once everything launched has. The flag is cleared before the launch
 //! count is read again: a launch racing with the end of a marker is either seen by the watcher
 //! or opens a marker of its own.
 //!
@@ -85,11 +85,26 @@ impl Observer {
                 && !self.armed.swap(true, Ordering::SeqCst)
             {
                 // Launched meanwhile and no new marker covers it: this one stays open.
+                self.until_launches_rest(hal);
                 continue;
             }
             let mut g = hal.lock();
             g.completed = g.completed.max(upto);
             return Ok(());
+        }
+    }
+
+    /// Naps until the stream goes a while without launches: an event recorded between them
+    /// would contend with them in the driver.
+    fn until_launches_rest(&self, hal: &StreamHal) {
+        let mut seen = self.real_launches.load(Ordering::SeqCst);
+        while !hal.is_gone() {
+            std::thread::sleep(POLL);
+            let now = self.real_launches.load(Ordering::SeqCst);
+            if now == seen {
+                return;
+            }
+            seen = now;
         }
     }
 
