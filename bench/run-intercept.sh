@@ -23,7 +23,7 @@ for step in $STEPS; do
   case $step in
     overhead)
       nvcc -O2 -std=c++17 -arch=native -o /tmp/launch_overhead "$ROOT/bench/cuda/launch_overhead.cu" || { FAILED="$FAILED $step"; continue; }
-      for round in 1 2; do
+      for round in $(seq "${ROUNDS:-2}"); do
         for mode in native lc be lv3 pass; do
           case $mode in
             native) cmd=(/tmp/launch_overhead) ;;
@@ -32,7 +32,7 @@ for step in $STEPS; do
             lv3) cmd=("$XP" run -q --priority 0 --level 3 -- /tmp/launch_overhead) ;;
             pass) cmd=("$XP" run -q --pass-through -- /tmp/launch_overhead) ;;
           esac
-          r=$(timeout 120 "${cmd[@]}") || FAILED="$FAILED overhead-$mode"
+          r=$(timeout 120 ${PIN:+taskset -c "$PIN"} "${cmd[@]}") || FAILED="$FAILED overhead-$mode"
           echo "{\"round\": $round, \"mode\": \"$mode\", \"result\": ${r:-null}}" | tee -a "$OUT/overhead.jsonl"
         done
       done ;;

@@ -1,0 +1,27 @@
+/* Host time per asynchronous launch, 256 per batch, as bench/cuda/launch_overhead.cu measures on the
+ * GPU; prints one JSON object. Reaches the driver as the CUDA runtime does (cuGetProcAddress). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+typedef int CUresult; typedef void *CUstream; typedef void *CUcontext; typedef void *CUfunction; typedef void *CUmodule;
+typedef CUresult (*getproc_t)(const char *, void **, int, unsigned long long, int *);
+static double now_us(void){struct timespec t; clock_gettime(CLOCK_MONOTONIC,&t); return t.tv_sec*1e6+t.tv_nsec/1e3;}
+static int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
+int main(int argc,char**argv){
+  int launches = argc>1?atoi(argv[1]):20000;
+  void*h=dlopen("libcuda.so.1",RTLD_NOW); getproc_t gp=(getproc_t)dlsym(h,"cuGetProcAddress_v2");
+  #define G(v,n) void* v; {int st; if(gp(n,&v,12000,0,&st)||!v){fprintf(stderr,"no %s\n",n);return 2;}}
+  G(init,"cuInit") G(retain,"cuDevicePrimaryCtxRetain") G(setcur,"cuCtxSetCurrent") G(mload,"cuModuleLoadData")
+  G(getf,"cuModuleGetFunction") G(screate,"cuStreamCreate") G(launch,"cuLaunchKernel") G(ssync,"cuStreamSynchronize")
+  ((CUresult(*)(unsigned))init)(0); CUcontext c; ((CUresult(*)(CUcontext*,int))retain)(&c,0); ((CUresult(*)(CUcontext))setcur)(c);
+  CUmodule m; ((CUresult(*)(CUmodule*,const void*))mload)(&m,"image"); CUfunction f; ((CUresult(*)(CUfunction*,CUmodule,const char*))getf)(&f,m,"kernel");
+  CUstream s; ((CUresult(*)(CUstream*,unsigned))screate)(&s,1);
+  CUresult (*L)(CUfunction,unsigned,unsigned,unsigned,unsigned,unsigned,unsigned,unsigned,CUstream,void**,void**)=launch;
+  CUresult (*S)(CUstream)=ssync;
+  int nb = launches/256; double *per = malloc(nb*sizeof(double));
+  for(int b=0;b<nb;b++){ double t=now_us(); for(int i=0;i<256;i++){ long a=i,us=0; unsigned long fl=0; unsigned long long p=0; void*pa[4]={&a,&us,&fl,&p}; if(L(f,1,1,1,32,1,1,0,s,pa,NULL)) {fprintf(stderr,"launch failed\n");return 1;} } per[b]=(now_us()-t)/256; S(s);}
+  qsort(per,nb,sizeof(double),cmp); double mean=0; for(int b=0;b<nb;b++) mean+=per[b]; mean/=nb;
+  printf("{\"launch_us_p50\": %.3f, \"launch_us_mean\": %.3f}\n", per[nb/2], mean);
+  return 0; }

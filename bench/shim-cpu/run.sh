@@ -1,0 +1,27 @@
+#!/bin/bash
+# The shim's own CPU cost per launch, on any machine: a launch loop (256 asynchronous launches
+# per batch, as bench/cuda/launch_overhead.cu does on the GPU) against a stand-in libcuda whose
+# launch costs ~25 ns (a global lock and a virtual timeline, no device), natively and under the
+# shim as `xpreempt run` sets it up (high priority, low priority, pass-through). The difference
+# is the shim's cost without the real driver's own contention, which only the GPU run shows.
+#   cargo build --release -p xpreempt-shim && bash bench/shim-cpu/run.sh [ROUNDS]
+set -eu -o pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+SHIM=${SHIM:-$HERE/../../target/release/libxpreempt_shim.so}
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+gcc -O2 -shared -fPIC -Wl,-Bsymbolic -o "$W/libcuda.so.1" "$HERE/fake_libcuda.c" -lpthread
+gcc -O2 -o "$W/launch_loop" "$HERE/launch_loop.c" -ldl
+[ -f "$SHIM" ] || { echo "no shim at $SHIM (cargo build --release -p xpreempt-shim)" >&2; exit 1; }
+for round in $(seq "${1:-3}"); do
+  for mode in native lc be pass; do
+    case $mode in
+      native) env=() ;;
+      lc) env=(LD_PRELOAD="$SHIM" XPREEMPT_INTERCEPT=1 XPREEMPT_PRIORITY=10) ;;
+      be) env=(LD_PRELOAD="$SHIM" XPREEMPT_INTERCEPT=1 XPREEMPT_PRIORITY=0) ;;
+      pass) env=(LD_PRELOAD="$SHIM" XPREEMPT_INTERCEPT=1 XPREEMPT_PASS_THROUGH=1) ;;
+    esac
+    r=$(env "${env[@]}" LD_LIBRARY_PATH="$W" "$W/launch_loop" 40000)
+    echo "{\"round\": $round, \"mode\": \"$mode\", \"result\": $r}"
+  done
+done
