@@ -8,6 +8,7 @@
 #   cargo build --release -p xpreempt-cli -p xpreempt-shim -p xpreempt-daemon
 #   mkdir -p .carry && cp target/release/{xpreempt,xpreemptd,libxpreempt_shim.so} .carry/ && strip --strip-debug .carry/*
 #   STEPS="overhead torch apps kill" bash bench/run-intercept.sh
+# (overhead: ROUNDS=N rounds, MODES="native lc be lv3 pass", PIN=CPUS to pin with taskset)
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 C=${C:-$ROOT/.carry}
@@ -24,7 +25,7 @@ for step in $STEPS; do
     overhead)
       nvcc -O2 -std=c++17 -arch=native -o /tmp/launch_overhead "$ROOT/bench/cuda/launch_overhead.cu" || { FAILED="$FAILED $step"; continue; }
       for round in $(seq "${ROUNDS:-2}"); do
-        for mode in native lc be lv3 pass; do
+        for mode in ${MODES:-native lc be lv3 pass}; do
           case $mode in
             native) cmd=(/tmp/launch_overhead) ;;
             lc) cmd=("$XP" run -q --priority 10 -- /tmp/launch_overhead) ;;
