@@ -11,11 +11,15 @@
 #           confinement costs a whole second wave (SHORT_CFGS, poisson arrivals)
 #   mps     d and e under a private MPS daemon: the api sections, torch, and the timing configs
 #           with BE and LC in two processes (MPS_CFGS)
-# Writes $OUT/{log.txt,api.jsonl,torch.jsonl,timing.jsonl,summary.md}.
+#   pairs   the PyTorch pair (bench/pytorch/pairs.py --groups pair) in PAIRS_MODES (default
+#           mps_prio, mps_green16, mps_green8, and xp_lv1 where $XPREEMPT_BIN is set), PAIRS_SECS
+#           per scenario
+# Writes $OUT/{log.txt,api.jsonl,torch.jsonl,timing.jsonl,summary.md,pairs.json,pairs.md}.
 # From a checkout without a GPU: copy bench/run-green.sh and bench/cuda/green_probe.cu +
-# green_torch.py into an ignored folder that travels, keeping the bench/ layout, e.g.
+# green_torch.py (and bench/pytorch for `pairs`) into an ignored folder that travels, keeping the
+# bench/ layout, e.g.
 #   mkdir -p .carry-x/bench/cuda && cp bench/run-green.sh .carry-x/bench/ &&
-#   cp bench/cuda/green_probe.cu bench/cuda/green_torch.py .carry-x/bench/cuda/
+#   cp bench/cuda/green_probe.cu bench/cuda/green_torch.py .carry-x/bench/cuda/ && cp -r bench/pytorch .carry-x/bench/
 # then run `bash .carry-x/bench/run-green.sh` there with carry [".carry-x"].
 set -u -o pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -79,6 +83,14 @@ for step in $STEPS; do
       sleep 1
       tail -20 $CUDA_MPS_LOG_DIRECTORY/control.log $CUDA_MPS_LOG_DIRECTORY/server.log 2>/dev/null
       unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY ;;
+    pairs)
+      modes=${PAIRS_MODES:-mps_prio,mps_green16,mps_green8${XPREEMPT_BIN:+,xp_lv1}}
+      (cd "$HERE/pytorch" && PYTHONUNBUFFERED=1 python3 pairs.py --groups pair --modes "$modes" \
+        --duration "${PAIRS_SECS:-10}" --green-lib $B/libgreen.so --out-dir /tmp/green-pairs) ||
+        { echo "FAILED: pairs"; FAILED="$FAILED pairs"; }
+      cp /tmp/green-pairs/summary.json "$OUT/pairs.json"
+      cp /tmp/green-pairs/summary.md "$OUT/pairs.md"
+      tar czf "$OUT/pairs-raw.tgz" -C /tmp/green-pairs raw ;;
     *) echo "unknown step $step"; FAILED="$FAILED $step" ;;
   esac
 done

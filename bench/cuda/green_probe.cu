@@ -372,6 +372,9 @@ static void check_add(const char *what, CUresult alloc_rc, int *p, int n, CUfunc
   std::vector<int> h(n);
   for (int i = 0; i < n; i++) h[i] = i;
   CUresult w = cuMemcpyHtoD((CUdeviceptr)p, h.data(), n * sizeof(int));
+  // A pageable copy may return before its DMA lands, and the kernel runs on another
+  // (non-blocking) stream: wait for the device first.
+  cudaDeviceSynchronize();
   CUresult l = launch_add(f, s, p, n);
   CUresult sy = cuStreamSynchronize(s);
   std::fill(h.begin(), h.end(), -1);
@@ -591,10 +594,21 @@ static void be_role(const Cfg &cfg, Shared *sh, Common &c) {
     load_in(g.rest_ctx, c.image, &mg);
     fg = fn_of(mg, "k_spin");
   }
-  unsigned long long *done_h = nullptr, *done_d = nullptr;
-  cudaHostAlloc(&done_h, 8, cudaHostAllocMapped);
-  cudaHostGetDevicePointer(&done_d, done_h, 0);
-  *(volatile unsigned long long *)done_h = 0;
+  // Finished blocks, counted in device memory (GPU accesses to host-mapped memory are slow
+  // enough to delay other work: bench/results/2026-11-23-h100-green-contexts.md) and read with a
+  // copy on a stream of its own.
+  unsigned long long *done_d = nullptr;
+  cudaMalloc(&done_d, 8);
+  cudaMemset(done_d, 0, 8);
+  cudaDeviceSynchronize();
+  CUstream rd;
+  cuStreamCreate(&rd, CU_STREAM_NON_BLOCKING);
+  auto done_now = [&]() {
+    unsigned long long v = 0;
+    cuMemcpyDtoHAsync(&v, (CUdeviceptr)done_d, 8, rd);
+    cuStreamSynchronize(rd);
+    return v;
+  };
   unsigned long long ns = (unsigned long long)env_int("BE_US", 200) * 1000;
   int threads = 1024, grid = 2 * c.nsm * env_int("BE_WAVES", 10), depth = env_int("BE_DEPTH", 2);
   std::vector<CUevent> ring(depth);
@@ -611,7 +625,7 @@ static void be_role(const Cfg &cfg, Shared *sh, Common &c) {
     if (!measuring && sh->measure) {
       measuring = true;
       t0 = now_us();
-      d0 = *(volatile unsigned long long *)done_h;
+      d0 = done_now();
       i0 = i;
       switches = 0, green_k = 0, sw_us = 0;
     }
@@ -637,7 +651,7 @@ static void be_role(const Cfg &cfg, Shared *sh, Common &c) {
     i++;
   }
   double dt = now_us() - t0;
-  unsigned long long d1 = *(volatile unsigned long long *)done_h;
+  unsigned long long d1 = done_now();
   sh->be_blocks_per_s = measuring ? (d1 - d0) / (dt * 1e-6) : 0;
   sh->be_kernels = i - i0;
   sh->switches = switches;

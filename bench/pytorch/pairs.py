@@ -11,7 +11,10 @@ Groups (--groups):
 Modes (--modes): alone (always), native (time-sliced), mps, mps_prio (CUDA_MPS_CLIENT_PRIORITY=1
 on the trainer: below normal), mps70 (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=70 on the trainer), and,
 with --xpreempt-bin / $XPREEMPT_BIN: xp_lv1, xp_lv3, xp_mps (daemon with --mps), xp_pass
-(--pass-through), each under a private `xpreempt daemon`. MPS runs use private pipe/log dirs.
+(--pass-through), each under a private `xpreempt daemon`; with --green-lib / $XP_GREEN_LIB (libgreen.so
+of bench/cuda/green_probe.cu): mps_green8, mps_green16 (mps_prio with the trainer's work on a
+green-context stream holding all SMs but 8 / 16, bench/results/2026-11-23-h100-green-contexts.md).
+MPS runs use private pipe/log dirs.
 
 Goal (issue 10): inference p99 <= 1.2 x alone and training >= 0.9 x (1 - u) of alone, u being the
 fraction of the time the inference alone keeps the GPU busy.
@@ -35,6 +38,7 @@ sys.path.insert(0, HERE)
 from common import json_safe  # noqa: E402
 NATIVE_MODES = ["native", "mps", "mps_prio", "mps70"]
 XP_MODES = ["xp_lv1", "xp_lv3", "xp_mps", "xp_pass"]
+GREEN_MODES = ["mps_green8", "mps_green16"]
 PRIORITY = {"high": 10, "medium": 5, "low": 0}
 XP_RUN_ARGS = {"xp_lv1": ["--level", "1"], "xp_lv3": ["--level", "3"], "xp_mps": ["--level", "1"],
                "xp_pass": ["--pass-through"]}
@@ -48,6 +52,8 @@ def parse_args():
     p.add_argument("--modes", help="comma list (default: native,mps,mps_prio,mps70 [+ xp modes]; "
                                    "quick: native,mps,mps_prio [+ xp_lv1,xp_pass])")
     p.add_argument("--xpreempt-bin", default=os.environ.get("XPREEMPT_BIN"))
+    p.add_argument("--green-lib", default=os.environ.get("XP_GREEN_LIB"),
+                   help="libgreen.so (bench/cuda/green_probe.cu -DGREEN_LIB), for the mps_green modes")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--out-dir", default="pairs-results")
     p.add_argument("--infer-batch", type=int, default=96)
@@ -73,7 +79,7 @@ class Env:
         self.daemon = None
 
     def __enter__(self):
-        if self.mode in ("mps", "mps_prio", "mps70"):
+        if self.mode in ("mps", "mps_prio", "mps70") or self.mode in GREEN_MODES:
             self.mps_dir = tempfile.mkdtemp(prefix="mps-", dir=self.tmp)
             for d in ("pipe", "log"):
                 os.makedirs(os.path.join(self.mps_dir, d))
@@ -117,6 +123,9 @@ class Env:
     def process_env(self, role):
         env = dict(self.base)
         env["PYTHONUNBUFFERED"] = "1"
+        if self.mode in GREEN_MODES and role == "low":
+            env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
+            env["XP_GREEN_KEEP_FREE"] = self.mode.removeprefix("mps_green")  # read by train.py
         if self.mode == "mps_prio" and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"  # below normal; the others stay at 0 (normal)
         if self.mode == "mps70" and role == "low":
@@ -394,7 +403,7 @@ def load_raw(raw):
                 alone_runs.append({"group": group, "mode": mode, "measuring": kind, "results": {kind: res}})
         else:
             runs.append({"group": group, "mode": mode, "measuring": GROUP_MEMBERS[group][0][1], "results": results})
-    order = {m: i for i, m in enumerate(NATIVE_MODES + XP_MODES)}
+    order = {m: i for i, m in enumerate(NATIVE_MODES + GREEN_MODES + XP_MODES)}
     groups = {g: i for i, g in enumerate(GROUP_MEMBERS)}
     runs.sort(key=lambda r: (groups.get(r["group"], 9), order.get(r["mode"], 99)))
     alone_runs.sort(key=lambda r: (groups.get(r["group"], 9), r["measuring"] == "train"))
@@ -445,9 +454,13 @@ def main():
         wanted = ["native", "mps", "mps_prio"] + (["xp_lv1", "xp_pass"] if xp else [])
     else:
         wanted = NATIVE_MODES + xp
-    unknown = [m for m in wanted if m not in NATIVE_MODES + XP_MODES]
+    unknown = [m for m in wanted if m not in NATIVE_MODES + GREEN_MODES + XP_MODES]
     if unknown or (any(m in XP_MODES for m in wanted) and not args.xpreempt_bin):
         sys.exit(f"modes {unknown or wanted}: unknown, or xpreempt modes without --xpreempt-bin")
+    if any(m in GREEN_MODES for m in wanted):
+        if not args.green_lib:
+            sys.exit("mps_green modes need --green-lib")
+        os.environ["XP_GREEN_LIB"] = os.path.abspath(args.green_lib)  # the processes inherit it
     group_modes = {"pair": wanted,
                    "trio": [m for m in wanted if m in ["native", "mps_prio"] + XP_MODES],
                    "eager": [m for m in wanted if m in ["native", "mps_prio"] + XP_MODES]}

@@ -8,12 +8,16 @@ identical under an interposer. (Two layers whose backward PyTorch implements wit
 replaced by deterministic equivalents of the same shape: the 3x3/2 max pool by a 2x2/2 max pool,
 the adaptive average pool by a mean; anything else PyTorch flags is listed in the JSON.)
 
+With $XP_GREEN_KEEP_FREE and $XP_GREEN_LIB (libgreen.so of bench/cuda/green_probe.cu) the steps run
+on a stream of a green context holding all SMs but that many (SM confinement, issue 10 point 5b).
+
 Runs until SIGTERM/SIGINT or --duration, recording the CLOCK_MONOTONIC time at which each step
 completed, so an orchestrator can compute the throughput inside any window. Touches --ready-file
 after --warmup-steps.
 """
 
 import argparse
+import contextlib
 import hashlib
 import os
 import warnings
@@ -95,12 +99,34 @@ def main():
               for _ in range(args.pool)]
     labels = [torch.randint(0, 1000, (args.batch,), device=dev, generator=g) for _ in range(args.pool)]
 
+    # Confinement: every step on a green-context stream (torch.cuda.ExternalStream).
+    green_sms, run_on = None, None
+    if os.environ.get("XP_GREEN_KEEP_FREE"):
+        import ctypes
+
+        lib = ctypes.CDLL(os.environ["XP_GREEN_LIB"])
+        lib.green_stream.restype = ctypes.c_void_p
+        lib.green_stream.argtypes = [ctypes.c_int] * 3 + [ctypes.POINTER(ctypes.c_int)] * 2
+        rc, sms = ctypes.c_int(0), ctypes.c_int(0)
+        ptr = lib.green_stream(int(os.environ["XP_GREEN_KEEP_FREE"]), 0, 0, ctypes.byref(rc), ctypes.byref(sms))
+        if not ptr:
+            raise SystemExit(f"green context: CUresult {rc.value}")
+        green_sms, run_on = sms.value, torch.cuda.ExternalStream(ptr)
+        torch.cuda.synchronize()  # the setup above ran on the default stream
+        log(f"steps on a green-context stream of {green_sms} SMs")
+
+    def sync():
+        if run_on is not None:
+            run_on.synchronize()
+        torch.cuda.synchronize()
+
     def step(i):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(model(inputs[i % args.pool]), labels[i % args.pool])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        with torch.cuda.stream(run_on) if run_on is not None else contextlib.nullcontext():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = loss_fn(model(inputs[i % args.pool]), labels[i % args.pool])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         return loss
 
     t_begin = now()
@@ -116,7 +142,7 @@ def main():
         loss = step(i)
         i += 1
         if i % args.sync_every == 0 or i == args.check_steps:
-            torch.cuda.synchronize()
+            sync()
             step_end.append(now())
             step_index.append(i)
         if i == args.check_steps:
@@ -125,7 +151,7 @@ def main():
         if i == args.warmup_steps:
             t_ready = now()
             touch(args.ready_file)
-    torch.cuda.synchronize()
+    sync()
     t_stop = now()
     after = [(t, k) for t, k in zip(step_end, step_index) if t_ready is not None and t > t_ready]
     sps = None
@@ -139,6 +165,7 @@ def main():
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(),
         "steps": i,
+        "green_sms": green_sms,
         "t_ready": t_ready,
         "t_stop": t_stop,
         "steps_per_s_after_warmup": sps,
