@@ -1,11 +1,11 @@
 #!/bin/bash
-# Green contexts on the device (issue 10, point 5b): builds bench/cuda/green_probe.cu with nvcc and
-# answers, with the probe's JSON lines as evidence:
+# Green contexts on the device (issue 10, point 5b): builds bench/cuda/green_{probe,timing}.cu with
+# nvcc and answers, with the programs' JSON lines as evidence:
 #   api     a-c: resources and split granularity, which kernel handles launch on a green-context
 #           stream and where their blocks run, memory and events across the primary and green
-#           contexts (bench/cuda/green_probe.cu, sections res launch mem event)
+#           contexts (green_probe, sections res launch mem event)
 #   torch   PyTorch's matmul and ResNet-50 training steps on a green-context ExternalStream
-#   timing  e, in one process: LC requests against a GPU-filling BE spin workload, for
+#   timing  e (green_timing), in one process: LC requests against a GPU-filling BE spin workload, for
 #           TIMING_CFGS under PATTERNS
 #   short   e again with BE kernels of one wave (BE_WAVES=1: 2 blocks per SM, 200 us), where
 #           confinement costs a whole second wave (SHORT_CFGS, poisson arrivals)
@@ -15,11 +15,10 @@
 #           mps_prio, mps_green16, mps_green8, and xp_lv1 where $XPREEMPT_BIN is set), PAIRS_SECS
 #           per scenario
 # Writes $OUT/{log.txt,api.jsonl,torch.jsonl,timing.jsonl,summary.md,pairs.json,pairs.md}.
-# From a checkout without a GPU: copy bench/run-green.sh and bench/cuda/green_probe.cu +
-# green_torch.py (and bench/pytorch for `pairs`) into an ignored folder that travels, keeping the
-# bench/ layout, e.g.
+# From a checkout without a GPU: copy bench/run-green.sh, bench/cuda/green_* (and bench/pytorch for
+# `pairs`) into an ignored folder that travels, keeping the bench/ layout, e.g.
 #   mkdir -p .carry-x/bench/cuda && cp bench/run-green.sh .carry-x/bench/ &&
-#   cp bench/cuda/green_probe.cu bench/cuda/green_torch.py .carry-x/bench/cuda/ && cp -r bench/pytorch .carry-x/bench/
+#   cp bench/cuda/green_* .carry-x/bench/cuda/ && cp -r bench/pytorch .carry-x/bench/
 # then run `bash .carry-x/bench/run-green.sh` there with carry [".carry-x"].
 set -u -o pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -39,10 +38,12 @@ date -u
 nvidia-smi --query-gpu=name,driver_version,compute_mode,memory.total --format=csv
 NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc)
 $NVCC --version | tail -2
-SRC=$HERE/cuda/green_probe.cu
-$NVCC -arch=sm_90 -cubin -DGREEN_KERNELS_ONLY -o $B/kernels.cubin "$SRC" & k=$!
-$NVCC -O2 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -DGREEN_LIB -o $B/libgreen.so "$SRC" -lcuda & l=$!
-$NVCC -O2 -std=c++17 -arch=sm_90 -o $B/green_probe "$SRC" -lcuda && wait $k && wait $l || { echo "FAILED: build"; exit 1; }
+S=$HERE/cuda
+CXX="$NVCC -O2 -std=c++17 -arch=sm_90"
+$NVCC -arch=sm_90 -cubin -x cu -DGREEN_KERNELS_ONLY -o $B/kernels.cubin $S/green_common.cuh & k=$!
+$CXX -shared -Xcompiler -fPIC -DGREEN_LIB -o $B/libgreen.so $S/green_probe.cu -lcuda & l=$!
+$CXX -o $B/green_timing $S/green_timing.cu -lcuda & t=$!
+$CXX -o $B/green_probe $S/green_probe.cu -lcuda && wait $k && wait $l && wait $t || { echo "FAILED: build"; exit 1; }
 P=$B/green_probe
 
 # Tags every JSON line of a run with where it ran.
@@ -59,7 +60,7 @@ torch_step() {
 timing() { # $1 under, $2 inproc|twoproc, $3 configs[, $4 patterns]
   for pat in ${4:-$PATTERNS}; do
     for cfg in $3; do
-      PATTERN=$pat timeout 60 $P timing "$cfg" "$2" | tag "$1" | tee -a "$OUT/timing.jsonl" ||
+      PATTERN=$pat timeout 60 $B/green_timing "$cfg" "$2" | tag "$1" | tee -a "$OUT/timing.jsonl" ||
         { echo "FAILED: timing $cfg $2 $pat ($1)"; FAILED="$FAILED timing-$cfg-$1"; }
     done
   done

@@ -12,8 +12,9 @@ Modes (--modes): alone (always), native (time-sliced), mps, mps_prio (CUDA_MPS_C
 on the trainer: below normal), mps70 (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=70 on the trainer), and,
 with --xpreempt-bin / $XPREEMPT_BIN: xp_lv1, xp_lv3, xp_mps (daemon with --mps), xp_pass
 (--pass-through), each under a private `xpreempt daemon`; with --green-lib / $XP_GREEN_LIB (libgreen.so
-of bench/cuda/green_probe.cu): mps_green8, mps_green16 (mps_prio with the trainer's work on a
-green-context stream holding all SMs but 8 / 16, bench/results/2026-11-23-h100-green-contexts.md).
+of bench/cuda/green_probe.cu): mps_green<N>, e.g. mps_green16 (mps_prio with the trainer's work on a
+green-context stream holding all SMs but N, N a multiple of 8 on Hopper;
+bench/results/2026-11-23-h100-green-contexts.md).
 MPS runs use private pipe/log dirs.
 
 Goal (issue 10): inference p99 <= 1.2 x alone and training >= 0.9 x (1 - u) of alone, u being the
@@ -38,7 +39,7 @@ sys.path.insert(0, HERE)
 from common import json_safe  # noqa: E402
 NATIVE_MODES = ["native", "mps", "mps_prio", "mps70"]
 XP_MODES = ["xp_lv1", "xp_lv3", "xp_mps", "xp_pass"]
-GREEN_MODES = ["mps_green8", "mps_green16"]
+GREEN_MODES = [f"mps_green{n}" for n in (8, 16, 32, 64, 96)]
 PRIORITY = {"high": 10, "medium": 5, "low": 0}
 XP_RUN_ARGS = {"xp_lv1": ["--level", "1"], "xp_lv3": ["--level", "3"], "xp_mps": ["--level", "1"],
                "xp_pass": ["--pass-through"]}
