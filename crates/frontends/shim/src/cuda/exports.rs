@@ -164,6 +164,10 @@ forward!(cuCtxSynchronize_v2(c) drain_all);
 forward!(cuCtxDestroy_v2(a) teardown);
 forward!(cuDevicePrimaryCtxRelease_v2(a) teardown);
 forward!(cuDevicePrimaryCtxReset_v2(a) teardown);
+// The first versions (still exported by libcuda) tear down as well.
+forward!(cuCtxDestroy(a) teardown);
+forward!(cuDevicePrimaryCtxRelease(a) teardown);
+forward!(cuDevicePrimaryCtxReset(a) teardown);
 
 // ---- launches: through the stream's XQueue ----
 

@@ -1,7 +1,8 @@
 //! Driver-API interception: unmodified CUDA applications scheduled by xpreempt
 //! (`xpreempt run`, `XPREEMPT_INTERCEPT=1`).
 //!
-//! - [`resolve`]: `dlsym` and `cuGetProcAddress` hand out the shim's wrappers;
+//! - [`resolve`]: `dlsym` and `cuGetProcAddress` hand out the shim's wrappers ([`reset`]: for
+//!   context teardown that is no libcuda export, a trampoline);
 //! - [`exports`]: the wrappers, under libcuda's names;
 //! - [`launch`]: kernel and graph launches become XQueue commands ([`hal`]);
 //! - [`streams`]: a stream's queue, and the ordering rules every other call follows;
@@ -16,6 +17,7 @@ mod launch;
 mod lv3;
 mod observe;
 pub mod real;
+mod reset;
 mod resolve;
 pub mod settings;
 pub mod streams;

@@ -67,47 +67,129 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
         let wanted = n.to_bytes() == b"cuGetProcAddress"
             || n.to_bytes() == b"cuGetProcAddress_v2"
             || is_libcuda(n, found as usize);
-        match wanted.then(|| wrapper(n)).flatten() {
-            Some(w) => w as *mut c_void,
-            None => found,
+        let w = wanted.then(|| wrapper(n)).flatten();
+        if crate::log::log_level() >= 2 && n.to_bytes().starts_with(b"cu") {
+            shim_log!(
+                "dlsym {}: {found:p}{}",
+                n.to_string_lossy(),
+                if w.is_some() { ", wrapped" } else { "" }
+            );
         }
+        w.map_or(found, |w| w as *mut c_void)
     })
     .unwrap_or(found)
 }
 
-/// The name of libcuda's export at `addr` (exactly there), if any.
-fn export_name(addr: usize) -> Option<&'static CStr> {
+/// What dladdr says of `addr`: the nearest exported symbol at or below it, and how far below.
+fn nearest_export(addr: usize) -> Option<(&'static CStr, usize)> {
     // SAFETY: dladdr with a zeroed out-struct; the name it gives lives as long as libcuda.
     unsafe {
         let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(addr as *const c_void, &mut info) == 0
-            || info.dli_sname.is_null()
-            || info.dli_saddr as usize != addr
-        {
+        if libc::dladdr(addr as *const c_void, &mut info) == 0 || info.dli_sname.is_null() {
             return None;
         }
-        Some(CStr::from_ptr(info.dli_sname))
+        Some((
+            CStr::from_ptr(info.dli_sname),
+            addr.wrapping_sub(info.dli_saddr as usize),
+        ))
     }
 }
 
-/// Replaces a function pointer libcuda handed out with the shim's wrapper of the same export.
+/// The suffixes of libcuda's versioned and per-thread variants of an entry point.
+const VARIANTS: [&str; 9] = [
+    "", "_v2", "_v3", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds", "_v3_ptsz", "_v3_ptds",
+];
+
+/// How the shim's wrapper for a pointer cuGetProcAddress handed out was found, or why none was.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// dladdr names the libcuda export that is exactly there, and the shim wraps it.
+    Exact(String, usize),
+    /// The requested name's variant (by suffix) that libcuda exports at exactly this address
+    /// (dladdr named another export there, an alias the shim has no wrapper of).
+    Variant(String, usize),
+    /// A context teardown entry point that is no libcuda export: a trampoline that calls the
+    /// driver's own pointer (see `reset`).
+    Trampoline(usize),
+    /// The shim wraps none of the name's variants.
+    NotWrapped,
+    /// The shim wraps a variant of the name, but none of them is what the driver handed out.
+    Missed,
+}
+
+/// The shim's wrapper for what cuGetProcAddress handed out (`got`) for `symbol`.
+fn find_wrapper(symbol: &CStr, got: usize) -> Found {
+    if let Some((name, 0)) = nearest_export(got)
+        && is_libcuda(name, got)
+        && let Some(w) = wrapper(name)
+    {
+        return Found::Exact(name.to_string_lossy().into_owned(), w);
+    }
+    let mut wrapped_any = false;
+    for suffix in VARIANTS {
+        let Ok(name) = std::ffi::CString::new([symbol.to_bytes(), suffix.as_bytes()].concat())
+        else {
+            return Found::NotWrapped;
+        };
+        let Some(w) = wrapper(&name) else { continue };
+        wrapped_any = true;
+        if is_libcuda(&name, got) {
+            return Found::Variant(name.to_string_lossy().into_owned(), w);
+        }
+    }
+    if let Some(t) = super::reset::trampoline(symbol, got) {
+        return Found::Trampoline(t);
+    }
+    if wrapped_any {
+        Found::Missed
+    } else {
+        Found::NotWrapped
+    }
+}
+
+/// Replaces the function pointer libcuda handed out for `symbol` with the shim's wrapper.
+/// With `XPREEMPT_SHIM_LOG=2` every request is logged (symbol, version, flags, what the pointer
+/// is and which wrapper replaced it); with 1, the requests whose name the shim wraps but whose
+/// pointer it could not match (they pass unwrapped).
 ///
 /// # Safety
-/// `pfn` is the out-pointer the caller gave cuGetProcAddress.
-unsafe fn swap_in_wrapper(pfn: *mut *mut c_void) {
-    if pfn.is_null() || !streams::enabled() {
+/// `symbol` is NUL-terminated; `pfn` is the out-pointer the caller gave cuGetProcAddress.
+unsafe fn swap_in_wrapper(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, flags: u64) {
+    if pfn.is_null() || symbol.is_null() || !streams::enabled() {
         return;
     }
     let _ = std::panic::catch_unwind(|| {
-        // SAFETY: the driver wrote a function pointer there.
-        let got = unsafe { *pfn } as usize;
-        if let Some(name) = export_name(got)
-            && is_libcuda(name, got)
-            && let Some(w) = wrapper(name)
-        {
-            // SAFETY: the caller's out-pointer.
-            unsafe { *pfn = w as *mut c_void };
+        // SAFETY: the driver wrote a function pointer there; the name is the caller's.
+        let (got, sym) = unsafe { (*pfn as usize, CStr::from_ptr(symbol)) };
+        if got == 0 {
+            return;
         }
+        let found = find_wrapper(sym, got);
+        let level = crate::log::log_level();
+        if level >= 2 || (level >= 1 && found == Found::Missed) {
+            let at = match nearest_export(got) {
+                Some((n, 0)) => n.to_string_lossy().into_owned(),
+                Some((n, off)) => format!("{}+{off:#x}", n.to_string_lossy()),
+                None => "no export".into(),
+            };
+            let what = match &found {
+                Found::Exact(n, _) => format!("wrapper {n}"),
+                Found::Variant(n, _) => format!("wrapper {n} (by the requested name)"),
+                Found::Trampoline(_) => "teardown trampoline".into(),
+                Found::NotWrapped => "not wrapped".into(),
+                Found::Missed => "MISSED: the shim wraps this name, not this pointer".into(),
+            };
+            shim_log!(
+                "cuGetProcAddress {} v{version} flags {flags:#x}: {got:#x} ({at}): {what}",
+                sym.to_string_lossy()
+            );
+        }
+        let w = match found {
+            Found::Exact(_, w) | Found::Variant(_, w) | Found::Trampoline(w) => w,
+            Found::NotWrapped | Found::Missed => return,
+        };
+        // SAFETY: the caller's out-pointer.
+        unsafe { *pfn = w as *mut c_void };
     });
 }
 
@@ -135,7 +217,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     };
     if r == SUCCESS {
         // SAFETY: the caller's out-pointer, just written by the driver.
-        unsafe { swap_in_wrapper(pfn) };
+        unsafe { swap_in_wrapper(symbol, pfn, version, flags) };
     }
     r
 }
@@ -157,7 +239,37 @@ pub unsafe extern "C" fn cuGetProcAddress(
     let r = unsafe { std::mem::transmute::<usize, GetProcV1>(addr)(symbol, pfn, version, flags) };
     if r == SUCCESS {
         // SAFETY: as above.
-        unsafe { swap_in_wrapper(pfn) };
+        unsafe { swap_in_wrapper(symbol, pfn, version, flags) };
+    }
+    r
+}
+
+type GetExportTable = unsafe extern "C" fn(*mut *const c_void, *const [u8; 16]) -> CUresult;
+
+/// libcuda's private tables of entry points (the CUDA runtime asks for several): passed
+/// through, and with `XPREEMPT_SHIM_LOG=2` logged, so that a runtime call that reaches the driver
+/// through one of them (and so past every wrapper) can be told apart.
+///
+/// # Safety
+/// As libcuda's `cuGetExportTable`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetExportTable(
+    table: *mut *const c_void,
+    id: *const [u8; 16],
+) -> CUresult {
+    let addr = real::symbol(c"cuGetExportTable");
+    if addr == 0 {
+        return super::driver::ERROR_NOT_INITIALIZED;
+    }
+    // SAFETY: libcuda's cuGetExportTable has this signature.
+    let r = unsafe { std::mem::transmute::<usize, GetExportTable>(addr)(table, id) };
+    if crate::log::log_level() >= 2 && !id.is_null() {
+        let _ = std::panic::catch_unwind(|| {
+            // SAFETY: the caller's 16-byte id; the table pointer the driver just wrote.
+            let (uuid, t) = unsafe { (*id, if table.is_null() { std::ptr::null() } else { *table }) };
+            let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+            shim_log!("cuGetExportTable {hex}: {r} table {t:p}");
+        });
     }
     r
 }
