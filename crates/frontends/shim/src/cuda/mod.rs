@@ -1,8 +1,7 @@
 //! Driver-API interception: unmodified CUDA applications scheduled by xpreempt
 //! (`xpreempt run`, `XPREEMPT_INTERCEPT=1`).
 //!
-//! - [`resolve`]: `dlsym` and `cuGetProcAddress` hand out the shim's wrappers ([`reset`]: for
-//!   context teardown that is no libcuda export, a trampoline);
+//! - [`resolve`]: `dlsym` and `cuGetProcAddress` hand out the shim's wrappers;
 //! - [`exports`]: the wrappers, under libcuda's names;
 //! - [`launch`]: kernel and graph launches become XQueue commands ([`hal`]);
 //! - [`streams`]: a stream's queue, and the ordering rules every other call follows;
@@ -17,7 +16,6 @@ mod launch;
 mod lv3;
 mod observe;
 pub mod real;
-mod reset;
 mod resolve;
 pub mod settings;
 pub mod streams;

@@ -100,57 +100,33 @@ const VARIANTS: [&str; 9] = [
     "", "_v2", "_v3", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds", "_v3_ptsz", "_v3_ptds",
 ];
 
-/// How the shim's wrapper for a pointer cuGetProcAddress handed out was found, or why none was.
-#[derive(Debug, PartialEq, Eq)]
-enum Found {
-    /// dladdr names the libcuda export that is exactly there, and the shim wraps it.
-    Exact(String, usize),
-    /// The requested name's variant (by suffix) that libcuda exports at exactly this address
-    /// (dladdr named another export there, an alias the shim has no wrapper of).
-    Variant(String, usize),
-    /// A context teardown entry point that is no libcuda export: a trampoline that calls the
-    /// driver's own pointer (see `reset`).
-    Trampoline(usize),
-    /// The shim wraps none of the name's variants.
-    NotWrapped,
-    /// The shim wraps a variant of the name, but none of them is what the driver handed out.
-    Missed,
+/// The shim's wrapper for the libcuda export that is exactly at `got`, and that export's name.
+fn export_wrapper(got: usize) -> Option<(&'static CStr, usize)> {
+    let (name, 0) = nearest_export(got)? else {
+        return None;
+    };
+    if !is_libcuda(name, got) {
+        return None;
+    }
+    Some((name, wrapper(name)?))
 }
 
-/// The shim's wrapper for what cuGetProcAddress handed out (`got`) for `symbol`.
-fn find_wrapper(symbol: &CStr, got: usize) -> Found {
-    if let Some((name, 0)) = nearest_export(got)
-        && is_libcuda(name, got)
-        && let Some(w) = wrapper(name)
-    {
-        return Found::Exact(name.to_string_lossy().into_owned(), w);
-    }
-    let mut wrapped_any = false;
-    for suffix in VARIANTS {
-        let Ok(name) = std::ffi::CString::new([symbol.to_bytes(), suffix.as_bytes()].concat())
-        else {
-            return Found::NotWrapped;
-        };
-        let Some(w) = wrapper(&name) else { continue };
-        wrapped_any = true;
-        if is_libcuda(&name, got) {
-            return Found::Variant(name.to_string_lossy().into_owned(), w);
-        }
-    }
-    if let Some(t) = super::reset::trampoline(symbol, got) {
-        return Found::Trampoline(t);
-    }
-    if wrapped_any {
-        Found::Missed
-    } else {
-        Found::NotWrapped
-    }
+/// Whether the shim wraps some variant of `symbol` (a pointer it found no wrapper for then
+/// passes the shim by: the CUDA 13.0 runtime asks for `cuDevicePrimaryCtxReset` at version 7000
+/// and gets libcuda's first version, which the shim once lacked, so its device resets were
+/// never seen).
+fn wraps_a_variant(symbol: &CStr) -> bool {
+    VARIANTS.iter().any(|suffix| {
+        std::ffi::CString::new([symbol.to_bytes(), suffix.as_bytes()].concat())
+            .is_ok_and(|n| wrapper(&n).is_some())
+    })
 }
 
-/// Replaces the function pointer libcuda handed out for `symbol` with the shim's wrapper.
-/// With `XPREEMPT_SHIM_LOG=2` every request is logged (symbol, version, flags, what the pointer
-/// is and which wrapper replaced it); with 1, the requests whose name the shim wraps but whose
-/// pointer it could not match (they pass unwrapped).
+/// Replaces the function pointer libcuda handed out for `symbol` with the shim's wrapper of
+/// the export that is exactly there. With `XPREEMPT_SHIM_LOG=2` every request is logged (symbol,
+/// version, flags, the export the pointer is, the wrapper that replaced it); with 1 only the
+/// requests for a name the shim wraps in another variant than the one handed out ("MISSED":
+/// those calls pass the shim by).
 ///
 /// # Safety
 /// `symbol` is NUL-terminated; `pfn` is the out-pointer the caller gave cuGetProcAddress.
@@ -164,30 +140,26 @@ unsafe fn swap_in_wrapper(symbol: *const c_char, pfn: *mut *mut c_void, version:
         if got == 0 {
             return;
         }
-        let found = find_wrapper(sym, got);
+        let found = export_wrapper(got);
         let level = crate::log::log_level();
-        if level >= 2 || (level >= 1 && found == Found::Missed) {
+        let missed = level >= 1 && found.is_none() && wraps_a_variant(sym);
+        if level >= 2 || missed {
             let at = match nearest_export(got) {
                 Some((n, 0)) => n.to_string_lossy().into_owned(),
                 Some((n, off)) => format!("{}+{off:#x}", n.to_string_lossy()),
                 None => "no export".into(),
             };
-            let what = match &found {
-                Found::Exact(n, _) => format!("wrapper {n}"),
-                Found::Variant(n, _) => format!("wrapper {n} (by the requested name)"),
-                Found::Trampoline(_) => "teardown trampoline".into(),
-                Found::NotWrapped => "not wrapped".into(),
-                Found::Missed => "MISSED: the shim wraps this name, not this pointer".into(),
+            let what = match found {
+                Some((n, _)) => format!("wrapper {}", n.to_string_lossy()),
+                None if missed => "MISSED: the shim wraps this name, not this pointer".into(),
+                None => "not wrapped".into(),
             };
             shim_log!(
                 "cuGetProcAddress {} v{version} flags {flags:#x}: {got:#x} ({at}): {what}",
                 sym.to_string_lossy()
             );
         }
-        let w = match found {
-            Found::Exact(_, w) | Found::Variant(_, w) | Found::Trampoline(w) => w,
-            Found::NotWrapped | Found::Missed => return,
-        };
+        let Some((_, w)) = found else { return };
         // SAFETY: the caller's out-pointer.
         unsafe { *pfn = w as *mut c_void };
     });
@@ -266,7 +238,16 @@ pub unsafe extern "C" fn cuGetExportTable(
     if crate::log::log_level() >= 2 && !id.is_null() {
         let _ = std::panic::catch_unwind(|| {
             // SAFETY: the caller's 16-byte id; the table pointer the driver just wrote.
-            let (uuid, t) = unsafe { (*id, if table.is_null() { std::ptr::null() } else { *table }) };
+            let (uuid, t) = unsafe {
+                (
+                    *id,
+                    if table.is_null() {
+                        std::ptr::null()
+                    } else {
+                        *table
+                    },
+                )
+            };
             let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
             shim_log!("cuGetExportTable {hex}: {r} table {t:p}");
         });
