@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// XPREEMPT_SHIM_LOG, read once (u32::MAX: not read yet).
 static LOG_LEVEL: AtomicU32 = AtomicU32::new(u32::MAX);
 
-/// XPREEMPT_SHIM_LOG: unset = quiet, 1 = channel groups and controls, 2 = every RM_ALLOC/FREE.
+/// XPREEMPT_SHIM_LOG: unset = quiet, 1 = channel groups, controls, context teardowns and missed
+/// cuGetProcAddress wrappers, 2 = also every RM_ALLOC/FREE and every cuGetProcAddress request.
 pub fn log_level() -> u32 {
     let l = LOG_LEVEL.load(Ordering::Relaxed);
     if l != u32::MAX {

@@ -113,6 +113,9 @@ forward!(cuMemAllocFromPoolAsync(p, n, q, s) stream s, ptsz false);
 forward!(cuMemAllocFromPoolAsync_ptsz(p, n, q, s) stream s, ptsz true);
 forward!(cuMemPrefetchAsync(p, n, d, s) stream s, ptsz false);
 forward!(cuMemPrefetchAsync_ptsz(p, n, d, s) stream s, ptsz true);
+// (CUmemLocation, 8 bytes of two ints, is passed by value in one integer register.)
+forward!(cuMemPrefetchAsync_v2(p, n, l, f, s) stream s, ptsz false);
+forward!(cuMemPrefetchAsync_v2_ptsz(p, n, l, f, s) stream s, ptsz true);
 forward!(cuStreamWriteValue32_v2(s, a, v, f) stream s, ptsz false);
 forward!(cuStreamWriteValue32_v2_ptsz(s, a, v, f) stream s, ptsz true);
 forward!(cuStreamWriteValue64_v2(s, a, v, f) stream s, ptsz false);
@@ -122,12 +125,17 @@ forward!(cuStreamWaitValue32_v2_ptsz(s, a, v, f) stream s, ptsz true);
 forward!(cuStreamWaitValue64_v2(s, a, v, f) stream s, ptsz false);
 forward!(cuStreamWaitValue64_v2_ptsz(s, a, v, f) stream s, ptsz true);
 forward!(cuStreamWriteValue32(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamWriteValue32_ptsz(s, a, v, f) stream s, ptsz true);
 forward!(cuStreamWriteValue64(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamWriteValue64_ptsz(s, a, v, f) stream s, ptsz true);
 forward!(cuStreamWaitValue32(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamWaitValue32_ptsz(s, a, v, f) stream s, ptsz true);
 forward!(cuStreamWaitValue64(s, a, v, f) stream s, ptsz false);
+forward!(cuStreamWaitValue64_ptsz(s, a, v, f) stream s, ptsz true);
 forward!(cuStreamBatchMemOp_v2(s, n, p, f) stream s, ptsz false);
 forward!(cuStreamBatchMemOp_v2_ptsz(s, n, p, f) stream s, ptsz true);
 forward!(cuStreamBatchMemOp(s, n, p, f) stream s, ptsz false);
+forward!(cuStreamBatchMemOp_ptsz(s, n, p, f) stream s, ptsz true);
 forward!(cuGraphUpload(g, s) stream s, ptsz false);
 forward!(cuGraphUpload_ptsz(g, s) stream s, ptsz true);
 forward!(cuStreamAttachMemAsync(s, p, n, f) stream s, ptsz false);
@@ -145,6 +153,7 @@ forward!(cuMemcpyDtoD_v2_ptds(a, b, c) drain_all);
 forward!(cuMemcpy2D_v2(a) drain_all);
 forward!(cuMemcpy2D_v2_ptds(a) drain_all);
 forward!(cuMemcpy2DUnaligned_v2(a) drain_all);
+forward!(cuMemcpy2DUnaligned_v2_ptds(a) drain_all);
 forward!(cuMemcpy3D_v2(a) drain_all);
 forward!(cuMemcpy3D_v2_ptds(a) drain_all);
 forward!(cuMemcpyPeer(a, b, c, d, e) drain_all);
@@ -164,6 +173,13 @@ forward!(cuCtxSynchronize_v2(c) drain_all);
 forward!(cuCtxDestroy_v2(a) teardown);
 forward!(cuDevicePrimaryCtxRelease_v2(a) teardown);
 forward!(cuDevicePrimaryCtxReset_v2(a) teardown);
+// The first versions, still exported by libcuda: the CUDA 13.0 runtime asks cuGetProcAddress
+// for cuDevicePrimaryCtxReset/Release at version 7000 and gets these (cudaDeviceReset and its
+// exit handler call them), and for cuCtxDetach.
+forward!(cuCtxDestroy(a) teardown);
+forward!(cuCtxDetach(a) teardown);
+forward!(cuDevicePrimaryCtxRelease(a) teardown);
+forward!(cuDevicePrimaryCtxReset(a) teardown);
 
 // ---- launches: through the stream's XQueue ----
 

@@ -32,11 +32,15 @@ void fail(const char *fmt, ...) {
     _exit(1);
 }
 
-static void *lookup(getproc_t getproc, const char *name, unsigned long long flags) {
+static void *lookup_version(getproc_t getproc, const char *name, int version, unsigned long long flags) {
     void *p = NULL;
     int status = 0;
-    if (getproc(name, &p, 12000, flags, &status) || !p) fail("cuGetProcAddress(%s)", name);
+    if (getproc(name, &p, version, flags, &status) || !p) fail("cuGetProcAddress(%s)", name);
     return p;
+}
+
+static void *lookup(getproc_t getproc, const char *name, unsigned long long flags) {
+    return lookup_version(getproc, name, 12000, flags);
 }
 
 static void *sim(void *h, const char *name) {
@@ -94,6 +98,8 @@ void setup(void) {
     cu.StreamSynchronize_pt = lookup(getproc, "cuStreamSynchronize", 2);
     cu.StreamQuery_pt = lookup(getproc, "cuStreamQuery", 2);
     cu.MemcpyDtoH_pt = lookup(getproc, "cuMemcpyDtoH", 2);
+    cu.DevicePrimaryCtxRelease_rt = lookup_version(getproc, "cuDevicePrimaryCtxRelease", 7000, 0);
+    cu.DevicePrimaryCtxReset_rt = lookup_version(getproc, "cuDevicePrimaryCtxReset", 7000, 0);
     cu.state = sim(h, "sim_state");
     cu.before = sim(h, "sim_before");
     cu.runs = sim(h, "sim_runs");

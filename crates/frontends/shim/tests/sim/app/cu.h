@@ -1,6 +1,7 @@
 /* The test application's view of CUDA: entry points found as the CUDA runtime finds them
  * (dlopen libcuda.so.1, dlsym cuGetProcAddress_v2, every entry point through it, the per-thread
- * variants with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM), the simulated device's sim_*
+ * variants with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, the primary context's release and
+ * reset also at the old version the CUDA 13.0 runtime asks for), the simulated device's sim_*
  * inspection calls, and helpers shared by the scenarios. */
 #ifndef CU_H
 #define CU_H
@@ -83,6 +84,9 @@ struct cu {
     CUresult (*StreamSynchronize_pt)(CUstream);
     CUresult (*StreamQuery_pt)(CUstream);
     CUresult (*MemcpyDtoH_pt)(void *, CUdeviceptr, size_t);
+    /* As the CUDA 13.0 runtime asks for them (version 7000): libcuda's first versions. */
+    CUresult (*DevicePrimaryCtxRelease_rt)(int);
+    CUresult (*DevicePrimaryCtxReset_rt)(int);
     /* The simulated device. */
     int (*state)(long id);
     int (*before)(long a, long b);

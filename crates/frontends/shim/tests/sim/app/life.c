@@ -122,3 +122,35 @@ void sticky_elsewhere(void) {
     }
     printf("sticky buffered=%d\n", buffered);
 }
+
+/* cudaDeviceReset as the CUDA 13.0 runtime (linked statically) makes it: through libcuda's first
+ * version of cuDevicePrimaryCtxReset, which it asks cuGetProcAddress for at version 7000, with
+ * work in flight and buffered on a stream and on the legacy stream. That work runs before the
+ * context goes, nothing touches the context's events or streams afterwards (the simulated driver
+ * logs such a use as a violation), CUDA works again, and the runtime's exit handler releases the
+ * primary context through the first version as well. */
+void runtime_reset(void) {
+    CUstream a = new_stream(CU_STREAM_NON_BLOCKING);
+    K(a, 1, 0, F_GATE, 0);
+    for (long id = 2; id <= 6; id++) K(a, id, 300, 0, 0);
+    release_after(1, 10);
+    K(0, 7, 500, 0, 0);
+    CHECK(cu.DevicePrimaryCtxReset_rt(0));
+    for (long id = 1; id <= 7; id++) EXPECT(cu.state(id) == DONE, "kernel %ld did not run before the device reset", id);
+    /* Time for a completion watcher that outlived the reset to poll its events. */
+    sleep_ms(20);
+    CHECK(cu.DevicePrimaryCtxRetain(&primary, 0));
+    CHECK(cu.CtxSetCurrent(primary));
+    CUmodule m;
+    CHECK(cu.ModuleLoadData(&m, "image"));
+    CHECK(cu.ModuleGetFunction(&kern, m, "kernel"));
+    CUstream b = new_stream(0);
+    K(b, 8, 0, F_GATE, 0);
+    for (long id = 9; id <= 12; id++) K(b, id, 300, 0, 0);
+    release_after(8, 10);
+    CHECK(cu.StreamSynchronize(b));
+    K(b, 13, 300, 0, 0);
+    CHECK(cu.DevicePrimaryCtxRelease_rt(0));
+    EXPECT(cu.state(13) == DONE, "kernel 13 did not run before the primary context was released");
+    sleep_ms(20);
+}

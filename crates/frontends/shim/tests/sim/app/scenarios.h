@@ -16,6 +16,7 @@
     X("free-memory", free_memory)                                                                  \
     X("unload", unload)                                                                            \
     X("ctx-teardown", ctx_teardown)                                                                \
+    X("runtime-reset", runtime_reset)                                                              \
     X("capture", capture)                                                                          \
     X("capture-beside-work", capture_beside_work)                                                  \
     X("stream-destroy", stream_destroy)                                                            \

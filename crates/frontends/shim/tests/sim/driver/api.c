@@ -143,23 +143,27 @@ CUresult cuDevicePrimaryCtxRetain(void **out, int dev) {
     pthread_mutex_unlock(&sim_lock);
     return OK;
 }
-CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
-    (void)dev;
-    ENTER("cuDevicePrimaryCtxRelease_v2");
+static CUresult primary_release(const char *name) {
+    ENTER(name);
     pthread_mutex_lock(&sim_lock);
     if (primary && !primary->dead && primary_refs > 0 && --primary_refs == 0) destroy_ctx(primary);
     pthread_mutex_unlock(&sim_lock);
     return OK;
 }
-CUresult cuDevicePrimaryCtxReset_v2(int dev) {
-    (void)dev;
-    ENTER("cuDevicePrimaryCtxReset_v2");
+static CUresult primary_reset(const char *name) {
+    ENTER(name);
     pthread_mutex_lock(&sim_lock);
     if (primary && !primary->dead) destroy_ctx(primary);
     primary_refs = 0;
     pthread_mutex_unlock(&sim_lock);
     return OK;
 }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return primary_release("cuDevicePrimaryCtxRelease_v2"); }
+CUresult cuDevicePrimaryCtxReset_v2(int dev) { (void)dev; return primary_reset("cuDevicePrimaryCtxReset_v2"); }
+/* The first versions, still exported (separate functions, as in libcuda): what cuGetProcAddress
+ * hands out for requests below version 11000, as the CUDA 13.0 runtime makes them. */
+CUresult cuDevicePrimaryCtxRelease(int dev) { (void)dev; return primary_release("cuDevicePrimaryCtxRelease"); }
+CUresult cuDevicePrimaryCtxReset(int dev) { (void)dev; return primary_reset("cuDevicePrimaryCtxReset"); }
 CUresult cuCtxCreate_v2(void **out, unsigned flags, int dev) {
     (void)flags, (void)dev;
     ENTER("cuCtxCreate_v2");

@@ -1,6 +1,6 @@
-/* cuGetProcAddress: how the CUDA runtime finds every entry point (the newest version of each,
- * and the per-thread default stream variant when asked for it). The entries are the driver's
- * own exports, so the shim recognizes each by its address. */
+/* cuGetProcAddress: how the CUDA runtime finds every entry point (the version the request's
+ * version asks for, and the per-thread default stream variant when asked for it). The entries
+ * are the driver's own exports, so the shim recognizes each by its address. */
 #define _GNU_SOURCE
 #include "sim.h"
 #include <string.h>
@@ -11,7 +11,9 @@ void cuDriverGetVersion(void);
 void cuDeviceGet(void);
 void cuDeviceGetCount(void);
 void cuDevicePrimaryCtxRetain(void);
+void cuDevicePrimaryCtxRelease(void);
 void cuDevicePrimaryCtxRelease_v2(void);
+void cuDevicePrimaryCtxReset(void);
 void cuDevicePrimaryCtxReset_v2(void);
 void cuCtxCreate_v2(void);
 void cuCtxDestroy_v2(void);
@@ -152,9 +154,25 @@ static const struct {
     E("cuGraphDestroy", cuGraphDestroy, 0),
 };
 
+/* Entry points whose newer version came with a CUDA version: a request for an older version
+ * gets the first one (the CUDA 13.0 runtime asks for these two at version 7000). */
+static const struct {
+    const char *name;
+    void *first;
+    int newer_since;
+} first_versions[] = {
+    {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease, 11000},
+    {"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset, 11000},
+};
+
 CUresult cuGetProcAddress_v2(const char *name, void **pfn, int version, unsigned long long flags, int *status) {
-    (void)version;
     ENTER("cuGetProcAddress_v2");
+    for (size_t i = 0; i < sizeof first_versions / sizeof first_versions[0]; i++) {
+        if (strcmp(first_versions[i].name, name) || version >= first_versions[i].newer_since) continue;
+        *pfn = first_versions[i].first;
+        if (status) *status = 0;
+        return OK;
+    }
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(table[i].name, name)) continue;
         *pfn = (flags & PER_THREAD_DEFAULT_STREAM) && table[i].per_thread ? table[i].per_thread : table[i].fn;
