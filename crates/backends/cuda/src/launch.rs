@@ -69,7 +69,11 @@ impl CudaQueue {
                 None => {
                     let slot = g.next_slot;
                     // A slot still held by an unfinished (or stopped) kernel must not be reused:
-                    // its relaunch would take the new epoch's marks for its own.
+                    // its relaunch would take the new epoch's marks for its own. (Completion
+                    // is learnt by synchronizing; a busy slot asks the hardware once more.)
+                    if g.flight.slot_busy(slot) {
+                        self.reap(g);
+                    }
                     if g.flight.slot_busy(slot) {
                         return Err(CudaError::SlotsExhausted {
                             slots: self.cfg.slots,

@@ -158,6 +158,7 @@ impl CudaQueue {
         while let Some((_, ev)) = g.sync.pop_front() {
             g.free_events.push(ev);
         }
+        g.sync_resets += 1;
         g.flight.clear();
         g.relaunch = Relaunch {
             cleared: true,

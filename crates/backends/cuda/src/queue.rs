@@ -82,6 +82,9 @@ pub(crate) struct Inner {
     move_event: sys::CUevent,
     pub(crate) next_slot: u32,
     pub(crate) epoch: u32,
+    /// Counts resets of `sync` (a reactivate drops events recorded before the stop), so that a
+    /// wait that began before one does not retire work with what its event proved then.
+    pub(crate) sync_resets: u64,
     /// The pool ran dry once (warned).
     pool_warned: bool,
 }
@@ -172,6 +175,7 @@ impl CudaQueue {
             move_event: new_event()?,
             next_slot: 0,
             epoch: 0,
+            sync_resets: 0,
             pool_warned: false,
         };
         Ok(Self {
@@ -304,6 +308,24 @@ impl CudaQueue {
         let done = g.completed;
         g.flight.retire_below(done);
     }
+
+    /// A wait on the event of `mark` (picked when `sync_resets` was `resets`) ended: everything
+    /// up to `mark` completed, and so did every older sync event, which goes back to the pool
+    /// without a query. Not while flagged: a stopped kernel's event fires with blocks skipped.
+    fn reached(g: &mut Inner, mark: Seq, resets: u64) {
+        if g.stop == Stop::Flagged || g.sync_resets != resets {
+            return;
+        }
+        g.completed = g.completed.max(mark);
+        while let Some(&(m, ev)) = g.sync.front()
+            && m <= mark
+        {
+            g.sync.pop_front();
+            g.free_events.push(ev);
+        }
+        let done = g.completed;
+        g.flight.retire_below(done);
+    }
 }
 
 impl HwQueue for CudaQueue {
@@ -334,10 +356,10 @@ impl HwQueue for CudaQueue {
         Ok(())
     }
 
+    /// What `synchronize` has seen complete: no driver call here, since the XQueue calls this
+    /// under its own lock, which every submission takes.
     fn completed(&self) -> Seq {
-        let mut g = self.lock();
-        self.reap(&mut g);
-        g.completed
+        self.lock().completed
     }
 
     fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
@@ -431,9 +453,8 @@ impl CudaQueue {
     fn synchronize_inner(&self, upto: Seq) -> Result<()> {
         self.bind()?;
         loop {
-            let ev = {
+            let (mark, ev, resets) = {
                 let mut g = self.lock();
-                self.reap(&mut g);
                 if g.completed >= upto {
                     return Ok(());
                 }
@@ -447,19 +468,21 @@ impl CudaQueue {
                         launched: g.launched,
                     });
                 }
-                match g.sync.iter().find(|&&(m, _)| m >= upto) {
-                    Some(&(_, ev)) => ev,
+                let (mark, ev) = match g.sync.iter().find(|&&(m, _)| m >= upto) {
+                    Some(&found) => found,
                     None => {
                         let tail = g.launched;
-                        self.record(&mut g, tail)?
+                        (tail, self.record(&mut g, tail)?)
                     }
-                }
+                };
+                (mark, ev, g.sync_resets)
             };
             // SAFETY: `ev` is a pool event of this queue, destroyed only in Drop (which cannot
             // run while `&self` is borrowed); waiting without the lock is what lets completion
             // and other launches go on meanwhile. A concurrent reap may put the event back in the
             // pool and a later record reuse it, which only makes this wait end later.
             cu!(cuEventSynchronize(ev))?;
+            Self::reached(&mut self.lock(), mark, resets);
         }
     }
 }
