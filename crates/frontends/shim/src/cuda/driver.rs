@@ -34,6 +34,7 @@ macro_rules! real_fn {
             if a == 0 {
                 return ERROR_NOT_FOUND;
             }
+            let _inside = crate::cuda::fork_gate::enter();
             // SAFETY: libcuda's export of this name has exactly this C signature (cuda.h).
             unsafe {
                 let f = std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> CUresult>(a);

@@ -288,7 +288,10 @@ impl HwQueue for StreamHal {
                 source: std::sync::Arc::new(CuError(driver::ERROR_INVALID_VALUE)),
             });
         };
-        let status = call.take().map_or(SUCCESS, |c| c());
+        let status = call.take().map_or(SUCCESS, |c| {
+            let _inside = super::fork_gate::enter();
+            c()
+        });
         if SUBMITTING.with(Cell::get) {
             LAUNCHED.with(|l| l.set(true));
         }

@@ -7,10 +7,12 @@
 //! - [`streams`]: a stream's queue, and the ordering rules every other call follows;
 //! - [`observe`]: pass-through mode, where queues only observe; [`lv3`]: the process's timeslice;
 //! - [`settings`], [`chaos`]: what `xpreempt run` asks for; random suspensions for testing.
+//! - [`fork_gate`]: the shim's own threads stay out of libcuda while the application forks.
 
 mod chaos;
 pub mod driver;
 mod exports;
+mod fork_gate;
 pub mod hal;
 mod launch;
 mod lv3;

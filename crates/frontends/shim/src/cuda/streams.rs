@@ -98,6 +98,7 @@ pub fn all() -> Vec<Arc<StreamQueue>> {
 extern "C" fn in_forked_child() {
     // The agent's threads and the parent's CUDA state are not the child's: pass everything through.
     OFF.store(true, Ordering::Relaxed);
+    super::fork_gate::after_fork();
 }
 
 extern "C" fn at_exit() {
@@ -121,7 +122,11 @@ fn agent(s: &Settings) -> Option<&'static Agent> {
             HOOKS.call_once(|| {
                 // SAFETY: registering plain extern "C" functions without captured state.
                 unsafe {
-                    libc::pthread_atfork(None, None, Some(in_forked_child));
+                    libc::pthread_atfork(
+                        Some(super::fork_gate::before_fork),
+                        Some(super::fork_gate::after_fork),
+                        Some(in_forked_child),
+                    );
                     libc::atexit(at_exit);
                 }
             });

@@ -1,0 +1,146 @@
+//! Keeps the shim's own threads (completion watchers, the scheduler's and the agent's threads,
+//! chaos) out of libcuda while the application forks.
+//!
+//! A child gets libcuda's memory as it was at the fork, locks included, and only the forking
+//! thread. An application keeps its own threads out of CUDA around a fork (natively its child
+//! would hang the same way), but the shim's threads call libcuda at any moment: a child that
+//! leaves with `exit()` runs CUDA's exit handlers and could wait forever on a lock that a
+//! watcher held when the fork happened. So the fork waits until none of them is inside libcuda,
+//! and they wait until the fork is done.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+static FORKING: AtomicBool = AtomicBool::new(false);
+/// The shim's threads inside libcuda now.
+static INSIDE: AtomicUsize = AtomicUsize::new(0);
+/// A thread stuck inside libcuda (waiting on a lock the forking thread holds, say) must not
+/// hang the application's fork for good.
+const PATIENCE: Duration = Duration::from_millis(100);
+
+thread_local! {
+    /// Whether this thread is one of the shim's (they are all named `xpreempt-…`); learnt once.
+    static OWN: Cell<Option<bool>> = const { Cell::new(None) };
+    /// Nesting depth of `enter` on this thread.
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+fn own_thread() -> bool {
+    OWN.with(|o| {
+        *o.get().get_or_insert_with(|| {
+            std::thread::current()
+                .name()
+                .is_some_and(|n| n.starts_with("xpreempt-"))
+        })
+    })
+}
+
+/// Held by one of the shim's threads while it is inside libcuda.
+pub struct Inside(bool);
+
+/// Enters libcuda: on the shim's own threads, waits while a fork is under way and keeps the
+/// next one waiting until the returned guard is dropped. Free on the application's threads.
+pub fn enter() -> Inside {
+    if !own_thread() {
+        return Inside(false);
+    }
+    if DEPTH.with(|d| d.replace(d.get() + 1)) > 0 {
+        return Inside(true);
+    }
+    loop {
+        INSIDE.fetch_add(1, SeqCst);
+        if !FORKING.load(SeqCst) {
+            return Inside(true);
+        }
+        INSIDE.fetch_sub(1, SeqCst);
+        while FORKING.load(SeqCst) {
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        if self.0 && DEPTH.with(|d| d.replace(d.get() - 1)) == 1 {
+            INSIDE.fetch_sub(1, SeqCst);
+        }
+    }
+}
+
+/// `pthread_atfork` prepare handler.
+pub extern "C" fn before_fork() {
+    FORKING.store(true, SeqCst);
+    let since = Instant::now();
+    while INSIDE.load(SeqCst) > 0 {
+        if since.elapsed() > PATIENCE {
+            shim_log!("fork: one of the shim's threads stayed inside libcuda; forking anyway");
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// `pthread_atfork` handler in the parent and (with the rest of the child's) in the child.
+pub extern "C" fn after_fork() {
+    FORKING.store(false, SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn a_fork_waits_for_the_shims_threads_to_leave_the_driver_and_holds_them_off() {
+        let entered = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let inside_now = Arc::new(AtomicBool::new(false));
+        let worker = {
+            let (entered, stop, inside_now) = (entered.clone(), stop.clone(), inside_now.clone());
+            std::thread::Builder::new()
+                .name("xpreempt-test".into())
+                .spawn(move || {
+                    while !stop.load(SeqCst) {
+                        let _g = enter();
+                        let _nested = enter();
+                        inside_now.store(true, SeqCst);
+                        entered.fetch_add(1, SeqCst);
+                        std::thread::sleep(Duration::from_micros(200));
+                        inside_now.store(false, SeqCst);
+                    }
+                })
+                .expect("spawn")
+        };
+        while entered.load(SeqCst) < 3 {
+            std::thread::yield_now();
+        }
+        for _ in 0..20 {
+            before_fork();
+            // The "fork": nobody of the shim's is inside, and nobody gets in.
+            assert!(
+                !inside_now.load(SeqCst),
+                "a shim thread was inside at the fork"
+            );
+            let n = entered.load(SeqCst);
+            std::thread::sleep(Duration::from_millis(2));
+            assert_eq!(
+                entered.load(SeqCst),
+                n,
+                "a shim thread entered during the fork"
+            );
+            after_fork();
+            let n = entered.load(SeqCst);
+            while entered.load(SeqCst) == n {
+                std::thread::yield_now();
+            }
+        }
+        stop.store(true, SeqCst);
+        worker.join().expect("join");
+        // The application's own threads never wait.
+        FORKING.store(true, SeqCst);
+        drop(enter());
+        after_fork();
+    }
+}
