@@ -1,5 +1,6 @@
 /* Host time per asynchronous launch, 256 per batch, as bench/cuda/launch_overhead.cu measures on the
- * GPU; prints one JSON object. Reaches the driver as the CUDA runtime does (cuGetProcAddress). */
+ * GPU (or, with a second argument N, the latency of N requests of 10 launches and a stream
+ * synchronize); prints one JSON object. Reaches the driver as the CUDA runtime does (cuGetProcAddress). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -20,6 +21,14 @@ int main(int argc,char**argv){
   CUstream s; ((CUresult(*)(CUstream*,unsigned))screate)(&s,1);
   CUresult (*L)(CUfunction,unsigned,unsigned,unsigned,unsigned,unsigned,unsigned,unsigned,CUstream,void**,void**)=launch;
   CUresult (*S)(CUstream)=ssync;
+  if(argc>2){ /* requests: 10 launches + a stream synchronize, 1 ms apart (an LC request) */
+    int nr=atoi(argv[2]); double *lat=malloc(nr*sizeof(double)); struct timespec gap={0,1000000};
+    for(int r=0;r<nr;r++){ nanosleep(&gap,NULL); double t=now_us();
+      for(int i=0;i<10;i++){ long a=i,us=0; unsigned long fl=0; unsigned long long p=0; void*pa[4]={&a,&us,&fl,&p}; if(L(f,1,1,1,32,1,1,0,s,pa,NULL)) {fprintf(stderr,"launch failed\n");return 1;} }
+      S(s); lat[r]=now_us()-t; }
+    qsort(lat,nr,sizeof(double),cmp);
+    printf("{\"request_us_p50\": %.2f, \"request_us_p90\": %.2f, \"request_us_p99\": %.2f}\n", lat[nr/2], lat[nr*9/10], lat[nr*99/100]);
+    return 0; }
   int nb = launches/256; double *per = malloc(nb*sizeof(double));
   for(int b=0;b<nb;b++){ double t=now_us(); for(int i=0;i<256;i++){ long a=i,us=0; unsigned long fl=0; unsigned long long p=0; void*pa[4]={&a,&us,&fl,&p}; if(L(f,1,1,1,32,1,1,0,s,pa,NULL)) {fprintf(stderr,"launch failed\n");return 1;} } per[b]=(now_us()-t)/256; S(s);}
   qsort(per,nb,sizeof(double),cmp); double mean=0; for(int b=0;b<nb;b++) mean+=per[b]; mean/=nb;
