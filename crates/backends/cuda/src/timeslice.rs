@@ -6,9 +6,7 @@
 use crate::error::{CudaError, Result};
 use std::ffi::{CStr, c_void};
 use thiserror::Error;
-
-/// Driver versions on which the RM ABI facts were measured.
-pub const TESTED_DRIVERS: &[&str] = &["580.159.04"];
+use xpreempt_hal::nvidia::{MEASURED_BRANCH, VERSION_FILE, is_measured, kernel_module_version};
 /// What libcuda sets by itself (measured), restored after an interrupt.
 pub const DEFAULT_TIMESLICE_US: u64 = 2048;
 /// The smallest timeslice we ask for while interrupted.
@@ -18,7 +16,9 @@ pub const MIN_TIMESLICE_US: u64 = 1;
 pub enum Lv3Unavailable {
     #[error("cannot read the driver version ({0})")]
     NoVersion(String),
-    #[error("driver {0} is not a tested version ({tested}); set XPREEMPT_LV3_FORCE=1 to try anyway", tested = TESTED_DRIVERS.join(", "))]
+    #[error(
+        "driver {0} is not a measured version ({MEASURED_BRANCH}x); set XPREEMPT_LV3_FORCE=1 to try anyway"
+    )]
     Untested(String),
     #[error("the ioctl shim is not loaded (LD_PRELOAD=libxpreempt_shim.so)")]
     NoShim,
@@ -28,23 +28,13 @@ pub enum Lv3Unavailable {
     NoChannelGroup(u64),
 }
 
-/// Extracts the version from `/proc/driver/nvidia/version`'s first line.
-pub fn parse_driver_version(text: &str) -> Option<String> {
-    let line = text.lines().next()?;
-    let at = line.find("Kernel Module")?;
-    line[at..]
-        .split_whitespace()
-        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
-        .map(str::to_string)
-}
-
 /// Whether Lv3 may run on this driver.
 pub fn check_driver(version_text: Option<&str>, force: bool) -> Result<String, Lv3Unavailable> {
-    let text = version_text
-        .ok_or_else(|| Lv3Unavailable::NoVersion("no /proc/driver/nvidia/version".into()))?;
-    let v = parse_driver_version(text)
+    let text =
+        version_text.ok_or_else(|| Lv3Unavailable::NoVersion(format!("no {VERSION_FILE}")))?;
+    let v = kernel_module_version(text)
         .ok_or_else(|| Lv3Unavailable::NoVersion("unrecognised format".into()))?;
-    if TESTED_DRIVERS.contains(&v.as_str()) || force {
+    if is_measured(&v) || force {
         Ok(v)
     } else {
         Err(Lv3Unavailable::Untested(v))
@@ -78,7 +68,7 @@ impl std::fmt::Debug for Timeslice {
 
 impl Timeslice {
     pub fn probe() -> Result<Self, Lv3Unavailable> {
-        let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok();
+        let text = std::fs::read_to_string(VERSION_FILE).ok();
         let force = std::env::var("XPREEMPT_LV3_FORCE").is_ok_and(|v| v == "1");
         let driver = check_driver(text.as_deref(), force)?;
         let set = lookup(c"xpreempt_shim_set_timeslice");
@@ -140,12 +130,6 @@ mod tests {
     use super::*;
 
     const V: &str = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AE18-09-3)  Tue Oct  7 2025\nGCC version:  gcc version 12.3.0";
-
-    #[test]
-    fn driver_version_is_parsed() {
-        assert_eq!(parse_driver_version(V).as_deref(), Some("580.159.04"));
-        assert_eq!(parse_driver_version("garbage"), None);
-    }
 
     #[test]
     fn unknown_driver_falls_back() {

@@ -165,14 +165,11 @@ struct Info {
 
 fn info(out: &Output, device: i32) -> Result<()> {
     let e = env(device)?;
-    let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok();
     let i = Info {
         device: e.device.name.clone(),
         sm_count: e.device.sm_count,
         driver_version: xpreempt_cuda::driver::driver_version()?,
-        kernel_module: text
-            .as_deref()
-            .and_then(xpreempt_cuda::timeslice::parse_driver_version),
+        kernel_module: xpreempt_hal::nvidia::loaded_kernel_module_version(),
         sharing: xpreempt_cuda::mps::detect(&e.device),
         stream_priorities: e.device.stream_priority_range()?,
         iters_per_us_full: e.iters_per_us_full,

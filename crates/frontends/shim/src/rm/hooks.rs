@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use xpreempt_bpf::ctx::{WORK_CHANNEL, WORK_SUBMIT};
 use xpreempt_bpf::rm::RmGroup;
+use xpreempt_hal::nvidia::{MEASURED_BRANCH, VERSION_FILE, is_measured, kernel_module_version};
 
 const UNREAD: u8 = 0;
 const TRACKING: u8 = 1;
@@ -92,29 +93,16 @@ fn backend() -> MutexGuard<'static, Option<Backend>> {
     BACKEND.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Driver versions on which the RM ABI facts were measured.
-pub const TESTED_DRIVER_PREFIX: &str = "580.159.";
-
-/// The version in `/proc/driver/nvidia/version`'s first line.
-pub fn driver_version(text: &str) -> Option<String> {
-    let line = text.lines().next()?;
-    let at = line.find("Kernel Module")?;
-    line[at..]
-        .split_whitespace()
-        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
-        .map(str::to_string)
-}
-
 /// Whether the hooks may act on this driver: `Ok(version)` or why not.
 pub fn check_driver(text: Option<&str>, force: bool) -> Result<String, String> {
     let v = text
-        .and_then(driver_version)
-        .ok_or("cannot read the driver version from /proc/driver/nvidia/version")?;
-    if v.starts_with(TESTED_DRIVER_PREFIX) || force {
+        .and_then(kernel_module_version)
+        .ok_or_else(|| format!("cannot read the driver version from {VERSION_FILE}"))?;
+    if is_measured(&v) || force {
         Ok(v)
     } else {
         Err(format!(
-            "driver {v} is not a measured version ({TESTED_DRIVER_PREFIX}x); set XPREEMPT_RM_FORCE=1 to try anyway"
+            "driver {v} is not a measured version ({MEASURED_BRANCH}x); set XPREEMPT_RM_FORCE=1 to try anyway"
         ))
     }
 }
@@ -131,7 +119,7 @@ fn activate() -> bool {
         return true;
     }
     let cfg = config();
-    let opened = std::fs::read_to_string("/proc/driver/nvidia/version")
+    let opened = std::fs::read_to_string(VERSION_FILE)
         .ok()
         .map_or_else(
             || check_driver(None, cfg.force),
