@@ -5,8 +5,9 @@
 //! thread. An application keeps its own threads out of CUDA around a fork (natively its child
 //! would hang the same way), but the shim's threads call libcuda at any moment: a child that
 //! leaves with `exit()` runs CUDA's exit handlers and could wait forever on a lock that a
-//! watcher held when the fork happened. So the fork waits until none of them is inside libcuda,
-//! and they wait until the fork is done.
+//! watcher held when the fork happened. So the fork waits until none of them is inside libcuda
+//! (or setting the process's timeslice through the RM interposer), and they wait until the fork
+//! is done; then the forking thread holds the interposer's registry across the fork.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -75,16 +76,23 @@ pub extern "C" fn before_fork() {
     while INSIDE.load(SeqCst) > 0 {
         if since.elapsed() > PATIENCE {
             shim_log!("fork: one of the shim's threads stayed inside libcuda; forking anyway");
-            return;
+            break;
         }
         std::thread::yield_now();
     }
+    // Only now: a thread inside libcuda may need it on its way out (an RM call of its own).
+    crate::rm::hold_across_fork();
 }
 
 /// `pthread_atfork` handler in the parent and (with the rest of the child's) in the child.
 pub extern "C" fn after_fork() {
+    crate::rm::release_after_fork();
     FORKING.store(false, SeqCst);
 }
+
+/// Serializes the tests that fork-prepare (they share the process's registry).
+#[cfg(test)]
+pub(crate) static FORK_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[cfg(test)]
 mod tests {
@@ -94,6 +102,7 @@ mod tests {
 
     #[test]
     fn a_fork_waits_for_the_shims_threads_to_leave_the_driver_and_holds_them_off() {
+        let _serial = FORK_TESTS.lock().unwrap_or_else(|p| p.into_inner());
         let entered = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let inside_now = Arc::new(AtomicBool::new(false));

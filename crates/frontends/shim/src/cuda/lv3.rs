@@ -19,6 +19,7 @@ pub fn available() -> bool {
 }
 
 fn set(us: u64) -> Result<(), CUresult> {
+    let _inside = super::fork_gate::enter();
     match crate::rm::xpreempt_shim_set_timeslice(us) {
         0 => Ok(()),
         r => {

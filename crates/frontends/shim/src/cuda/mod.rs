@@ -12,7 +12,7 @@
 mod chaos;
 pub mod driver;
 mod exports;
-mod fork_gate;
+pub(crate) mod fork_gate;
 pub mod hal;
 mod launch;
 mod lv3;

@@ -145,6 +145,25 @@ fn real_close() -> Option<CloseFn> {
     Some(unsafe { std::mem::transmute::<usize, CloseFn>(p) })
 }
 
+thread_local! {
+    /// GROUPS, held by the forking thread across a fork (see [`hold_across_fork`]).
+    static HELD_ACROSS_FORK: std::cell::RefCell<Option<MutexGuard<'static, Registry>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Before a fork: takes GROUPS, so that the child does not inherit it held by a thread it does
+/// not have (the chaos or scheduler thread setting the timeslice, libcuda's own threads doing
+/// RM calls); the child's CUDA exit handlers free RM objects through the interposed `ioctl`,
+/// which takes it. Released by [`release_after_fork`] in the parent and the child.
+pub fn hold_across_fork() {
+    let g = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+    HELD_ACROSS_FORK.with(|h| *h.borrow_mut() = Some(g));
+}
+
+pub fn release_after_fork() {
+    HELD_ACROSS_FORK.with(|h| drop(h.borrow_mut().take()));
+}
+
 /// Takes GROUPS and applies the closes that happened while it was busy.
 fn groups() -> MutexGuard<'static, Registry> {
     let mut g = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
@@ -428,6 +447,28 @@ pub extern "C" fn xpreempt_shim_set_timeslice(us: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_registry_is_held_across_a_fork_and_released_after() {
+        let _serial = crate::cuda::fork_gate::FORK_TESTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let free = || {
+            std::thread::spawn(|| GROUPS.try_lock().is_ok())
+                .join()
+                .unwrap()
+        };
+        assert!(free());
+        hold_across_fork();
+        assert!(
+            !free(),
+            "another thread could take the registry during the fork"
+        );
+        release_after_fork();
+        assert!(free());
+        release_after_fork(); // a second release (parent and child handlers) is harmless
+        assert!(free());
+    }
 
     fn grp(fd: c_int, client: u32, parent: u32, object: u32) -> ChannelGroup {
         ChannelGroup {
