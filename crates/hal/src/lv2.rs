@@ -116,9 +116,9 @@ impl Flight {
         self.guarded > 0
     }
 
-    /// The seq of the newest entry.
-    pub fn last_seq(&self) -> Option<Seq> {
-        self.entries.back().map(|&(seq, _)| seq)
+    /// The newest entry: (seq, completion slot of a guarded kernel).
+    pub fn last(&self) -> Option<(Seq, Option<u32>)> {
+        self.entries.back().copied()
     }
 
     pub fn len(&self) -> usize {
@@ -230,7 +230,7 @@ mod tests {
         f.push(2, Some(3));
         assert!(f.slot_busy(2) && f.slot_busy(3) && !f.slot_busy(0));
         assert!(f.has_guarded());
-        assert_eq!(f.last_seq(), Some(2));
+        assert_eq!(f.last(), Some((2, Some(3))));
         f.retire_below(2);
         assert!(!f.slot_busy(2) && f.slot_busy(3));
         assert_eq!(f.len(), 1);

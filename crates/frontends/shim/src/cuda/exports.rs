@@ -342,11 +342,12 @@ macro_rules! stream_query {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(s: usize) -> CUresult {
             let real = real!($name);
-            // NOT_READY while the stream holds buffered commands; then the error of a launch the
-            // driver refused from the buffer, once, as cuStreamSynchronize reports it.
+            // NOT_READY while the stream holds buffered commands (or kernels stopped at Lv2); then
+            // the error of a launch the driver refused from the buffer, once, as
+            // cuStreamSynchronize reports it.
             let answer = std::panic::catch_unwind(|| {
                 streams::existing(s as Handle, $p).map_or(SUCCESS, |q| {
-                    if q.xq.pending_len() > 0 {
+                    if q.xq.pending_len() > 0 || q.xq.hal().lv2_stopped() {
                         ERROR_NOT_READY
                     } else {
                         q.xq.hal().take_sticky()

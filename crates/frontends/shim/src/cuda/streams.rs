@@ -36,6 +36,12 @@ impl StreamQueue {
     /// Waits until everything submitted so far has been handed to the driver.
     pub fn wait_launched(&self) {
         self.xq.wait_launched();
+        // Kernels stopped at Lv2 are launched again only by the resume; meanwhile nothing may
+        // follow them on the device.
+        while !self.xq.hal().admit_direct() {
+            std::thread::sleep(super::hal::POLL);
+            self.xq.wait_launched();
+        }
         // Cleared before looking again: a command another thread buffers meanwhile (it marks
         // the queue after buffering) leaves the queue marked.
         self.held.store(false, Ordering::SeqCst);
@@ -269,7 +275,8 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
         level: s.level,
     };
     let lv3 = s.level == Level::Lv3 && super::lv3::available();
-    let hal = StreamHal::new(ctx, hal_stream, lv3, s.pass_through);
+    let lv2 = s.level >= Level::Lv2;
+    let hal = StreamHal::new(ctx, hal_stream, lv3, lv2, s.pass_through, threshold);
     match agent.queue(decl, config, hal) {
         Ok(xq) => Some(Arc::new(StreamQueue {
             xq,
@@ -351,7 +358,7 @@ fn drain_where(f: impl Fn(&StreamQueue) -> bool) {
         .map(|m| {
             m.values()
                 .flatten()
-                .filter(|q| q.held.load(Ordering::SeqCst) && f(q))
+                .filter(|q| (q.held.load(Ordering::SeqCst) || q.xq.hal().lv2_busy()) && f(q))
                 .cloned()
                 .collect()
         })
