@@ -29,7 +29,7 @@
 // XP_GUARD_MARK and launch it with placeholders for the guard's three parameters: a null flag, a
 // null completion array and epoch 0 (cudaLaunchKernel, <<<>>>, cuLaunchKernel, cuLaunchKernelEx):
 //
-//   XP_GUARD_MARK(scale);
+//   XP_GUARD_MARK(scale)
 //   extern "C" __global__ void scale(XP_GUARD_PARAMS, float* x, float a) { ... as above ... }
 //   scale<<<grid, block, 0, stream>>>(XP_GUARD_NONE, x, a);
 //
@@ -48,7 +48,7 @@
 #define XP_GUARD_NONE ((const volatile int*)0), ((unsigned*)0), 0u
 // The marker by which the shim recognizes kernel `name` as guard-built (its value: 1, one
 // completion word per block).
-#define XP_GUARD_MARK(name) extern "C" __device__ unsigned xpreempt_guard_##name = 1u
+#define XP_GUARD_MARK(name) extern "C" { __device__ unsigned xpreempt_guard_##name = 1u; }
 
 __device__ __forceinline__ unsigned xp_block_id() {
     return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);

@@ -296,13 +296,28 @@ macro_rules! stream_sync {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(s: usize) -> CUresult {
             let real = real!($name);
-            let sticky = std::panic::catch_unwind(|| {
-                streams::before_direct(s as Handle, $p);
-                streams::existing(s as Handle, $p).map_or(SUCCESS, |q| q.xq.hal().take_sticky())
-            })
-            .unwrap_or(SUCCESS);
-            let r = call_real!(real, s);
-            if r == SUCCESS { sticky } else { r }
+            loop {
+                let seen = std::panic::catch_unwind(|| streams::before_sync(s as Handle, $p))
+                    .ok()
+                    .flatten();
+                let r = call_real!(real, s);
+                let Some((q, generation)) = seen else {
+                    return r;
+                };
+                // Kernels stopped at Lv2 while the driver waited ended early: wait again.
+                let again = r == SUCCESS
+                    && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        q.xq.hal().stopped_since(generation)
+                    }))
+                    .unwrap_or(false);
+                if !again {
+                    let sticky = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        q.xq.hal().take_sticky()
+                    }))
+                    .unwrap_or(SUCCESS);
+                    return if r == SUCCESS { sticky } else { r };
+                }
+            }
         }
     };
 }

@@ -245,6 +245,22 @@ impl StreamHal {
         true
     }
 
+    /// Before a synchronize of this stream (the application's): `None` while the flag holds
+    /// stopped kernels (the caller waits and asks again); else the Lv2 generation, for
+    /// [`StreamHal::stopped_since`]. A synchronize adds no work behind the guarded kernels, so
+    /// unlike [`StreamHal::admit_direct`] it does not keep them from being stopped.
+    pub fn admit_sync(&self) -> Option<u64> {
+        let g = self.lock();
+        (g.lv2.stop != Stop::Flagged).then_some(g.lv2.generation)
+    }
+
+    /// Whether the flag stopped kernels since [`StreamHal::admit_sync`] said `generation`: a
+    /// synchronize that returned meanwhile saw them end early and must wait again.
+    pub fn stopped_since(&self, generation: u64) -> bool {
+        let g = self.lock();
+        g.lv2.stop == Stop::Flagged || g.lv2.generation != generation
+    }
+
     pub(super) fn lv2_deactivate(&self) -> Result<(), HalError> {
         let _ctx = CtxGuard::enter(self.ctx);
         let mut g = self.lock();

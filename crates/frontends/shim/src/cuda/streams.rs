@@ -414,6 +414,35 @@ pub fn before_direct(stream: Handle, ptsz: bool) {
     }
 }
 
+/// Before a synchronize of `stream`: what `before_direct` does, except that the stream's own
+/// queue keeps its guarded kernels stoppable (a synchronize adds no work behind them). Returns
+/// that queue and its Lv2 generation: if a stop came while the driver waited, the synchronize
+/// returned early and must be made again (`StreamHal::stopped_since`).
+pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)> {
+    if !active() {
+        return None;
+    }
+    let own = existing(stream, ptsz);
+    let seen = own.as_ref().map(|q| {
+        loop {
+            q.xq.wait_launched();
+            if let Some(generation) = q.xq.hal().admit_sync() {
+                break generation;
+            }
+            std::thread::sleep(super::hal::POLL);
+        }
+    });
+    order_before(stream, ptsz, own.as_deref());
+    if own.is_none() && !is_per_thread(stream, ptsz) {
+        let s = stream as usize;
+        if s == 0 || s == STREAM_LEGACY {
+            let ctx = driver::current_ctx() as usize;
+            drain_where(|o| o.ctx == ctx && !o.non_blocking);
+        }
+    }
+    own.zip(seen)
+}
+
 /// Before a synchronous call (copies, frees, unloads, context teardown): everything buffered
 /// anywhere in the process goes out.
 pub fn drain_all() {

@@ -5,6 +5,7 @@
  * relaunches them. Each block adds one to its own counter, so every counter must end at 1. */
 #include "cu.h"
 #include "scenarios.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,21 @@ void guard_basic(void) {
     report();
 }
 
+static CUstream sync_stream;
+static CUdeviceptr sync_counters;
+static volatile int synced;
+
+/* Synchronizes the stream while its guarded kernel runs and is stopped: the synchronize must not
+ * return before the relaunch has run every block. */
+static void *synchronizer(void *arg) {
+    (void)arg;
+    thread_setup();
+    CHECK(cu.StreamSynchronize(sync_stream));
+    expect_once(sync_counters, BLOCKS, "after a synchronize made while the kernel was stopped");
+    synced = 1;
+    return NULL;
+}
+
 /* Under a daemon (the test's holder takes the device): a long guarded kernel is stopped between
  * blocks, then relaunched for exactly its missing blocks. With GUARD_TAIL=1 an async copy follows
  * it on the stream before the suspension: the kernel must then run to its end (Lv1 drain). */
@@ -97,6 +113,10 @@ void guard_suspend(void) {
     GK(guarded_fn, s, 201, BLOCKS, 40000, c);
     if (tail) CHECK(cu.MemcpyDtoHAsync(copy, c, sizeof copy, s));
     await_state(201, RUNNING);
+    /* A synchronize in progress (not a copy) leaves the kernel stoppable. */
+    pthread_t th;
+    sync_stream = s, sync_counters = c;
+    if (!tail) pthread_create(&th, NULL, synchronizer, NULL);
     say("@running");
     /* The test has a higher-priority process take the device: this queue is suspended. */
     expect_line("check");
@@ -111,14 +131,17 @@ void guard_suspend(void) {
         }
         EXPECT(ran < BLOCKS, "the stopped kernel ran all its blocks");
         EXPECT(cu.StreamQuery(s) == NOT_READY, "cuStreamQuery says ready while the stream holds a stopped kernel");
+        EXPECT(!synced, "cuStreamSynchronize returned while the stream's kernel was stopped");
         /* Behind the stopped kernel: buffered, and run after its relaunch. */
         K(s, 202, 100, 0, 0);
     }
     if (under_shim && tail) EXPECT(cu.stops(201) == 0, "a guarded kernel with a copy behind it was stopped");
     say("@checked");
     expect_line("finish");
+    if (!tail) pthread_join(th, NULL);
     CHECK(cu.StreamSynchronize(s));
     expect_once(c, BLOCKS, "the guarded kernel");
+    if (!tail) EXPECT(synced, "the synchronizing thread did not finish");
     if (tail)
         for (int i = 0; i < BLOCKS; i++) EXPECT(copy[i] == 1, "the copy behind the kernel saw block %d at %u", i, copy[i]);
     report();
