@@ -1,20 +1,22 @@
 #!/bin/bash
 # What Lv2 buys an unmodified application (bench/cuda/lv2_pair.cu): a best-effort process with
 # guard-built kernels of long blocks beside a latency-critical process doing short requests, under
-# a private `xpreempt daemon`. Scenarios: the LC process alone; the pair without xpreempt (time
-# slicing); the pair with the BE process at `xpreempt run --level 1|2|3 --priority 0` and the LC at
-# `xpreempt run --priority 10`. Each BE run also checks that every block ran exactly once.
+# a private `xpreempt daemon`. Scenarios: the LC process alone; then, for each BE block length,
+# the pair without xpreempt (time slicing), and with the BE process at `xpreempt run --level
+# 1|2|3 --priority 0` (flow control by stream synchronizes; at Lv2 also by event records, which
+# make its suspensions drain) and the LC at `xpreempt run --priority 10`; the BE alone at Lv1 and
+# Lv2 (its throughput). Each BE run also checks that every block ran exactly once.
 #
 #   XPREEMPT_BIN=/path/xpreempt bench/run-lv2-pair.sh OUT_DIR
 #
-# Environment: BLOCK_US (BE block length, default 2000), REQUESTS (LC requests, default 300),
+# Environment: BLOCK_US (BE block lengths in us, default "2000 200"), REQUESTS (LC requests, default 300),
 # PERIOD_MS (between LC requests, default 10), BE_SECONDS (default 6), CUDA_ARCH (default native).
 # Writes OUT_DIR/lv2-pair.json (one object per scenario) and OUT_DIR/lv2-pair.log.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${1:?usage: run-lv2-pair.sh OUT_DIR}
 XP=${XPREEMPT_BIN:?set XPREEMPT_BIN}
-BLOCK_US=${BLOCK_US:-2000}
+BLOCK_US=${BLOCK_US:-2000 200}
 REQUESTS=${REQUESTS:-300}
 PERIOD_MS=${PERIOD_MS:-10}
 BE_SECONDS=${BE_SECONDS:-6}
@@ -57,26 +59,29 @@ LC=$($(lc_cmd xp) lc "$REQUESTS" "$PERIOD_MS" | tail -1)
 echo "$LC"
 emit lc_alone "" "$LC"
 
-for mode in native 1 2 3; do
-  echo "== pair: be ${mode}"
-  lcmode=xp; [ "$mode" = native ] && lcmode=native
-  $(be_cmd "$mode") be "$BE_SECONDS" "$BLOCK_US" >"$OUT/be-$mode.out" 2>"$OUT/be-$mode.err" &
-  BE=$!
-  sleep 1
-  LC=$($(lc_cmd $lcmode) lc "$REQUESTS" "$PERIOD_MS" 2>"$OUT/lc-$mode.err" | tail -1)
-  wait $BE || echo "BE ($mode) failed: $(tail -3 "$OUT/be-$mode.err")"
-  BEJ=$(tail -1 "$OUT/be-$mode.out")
-  echo "BE: $BEJ"
-  echo "LC: $LC"
-  name=pair_native; [ "$mode" = native ] || name=pair_be_lv$mode
-  emit "$name" "$BEJ" "$LC"
-done
-
-for mode in 1 2; do
-  echo "== be alone at level $mode"
-  BEJ=$($(be_cmd "$mode") be 3 "$BLOCK_US" | tail -1)
-  echo "$BEJ"
-  emit "be_alone_lv$mode" "$BEJ" ""
+for block in $BLOCK_US; do
+  for mode in native 1 2 2-events 3; do
+    level=${mode%-events}; flow=sync; [ "$mode" = 2-events ] && flow=events
+    echo "== pair: be $mode, ${block} us blocks"
+    lcmode=xp; [ "$mode" = native ] && lcmode=native
+    tag=$mode-$block
+    $(be_cmd "$level") be "$BE_SECONDS" "$block" "$flow" >"$OUT/be-$tag.out" 2>"$OUT/be-$tag.err" &
+    BE=$!
+    sleep 1
+    LC=$($(lc_cmd $lcmode) lc "$REQUESTS" "$PERIOD_MS" 2>"$OUT/lc-$tag.err" | tail -1)
+    wait $BE || echo "BE ($tag) failed: $(tail -3 "$OUT/be-$tag.err")"
+    BEJ=$(tail -1 "$OUT/be-$tag.out")
+    echo "BE: $BEJ"
+    echo "LC: $LC"
+    name=pair_native; [ "$mode" = native ] || name=pair_be_lv$mode
+    emit "${name}_${block}us" "$BEJ" "$LC"
+  done
+  for level in 1 2; do
+    echo "== be alone at level $level, ${block} us blocks"
+    BEJ=$($(be_cmd "$level") be 3 "$block" | tail -1)
+    echo "$BEJ"
+    emit "be_alone_lv${level}_${block}us" "$BEJ" ""
+  done
 done
 echo "]" >>"$JSON"
 echo "JSON: $JSON"

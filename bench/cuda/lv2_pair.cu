@@ -1,9 +1,12 @@
 // What Lv2 buys an unmodified application: a best-effort process whose kernels are guard-built
 // (long blocks) beside a latency-critical process doing short requests (bench/run-lv2-pair.sh).
 //
-//   lv2_pair be SECONDS BLOCK_US   guarded kernels of 4 waves of BLOCK_US-long blocks, at most 4 in
-//                                  flight, for SECONDS; prints one JSON line (kernels, blocks/s,
-//                                  the shim's guarded launches and relaunches)
+//   lv2_pair be SECONDS BLOCK_US [sync|events]
+//                                  guarded kernels of 4 waves of BLOCK_US-long blocks for SECONDS,
+//                                  at most 4 in flight: a stream synchronize after every 4 (sync,
+//                                  the default), or an event recorded behind each kernel and
+//                                  waited for 4 kernels later (events); prints one JSON line
+//                                  (kernels, blocks/s, the shim's guarded launches and relaunches)
 //   lv2_pair lc N PERIOD_MS        N requests (a 132-block, 30 us kernel and a stream synchronize)
 //                                  every PERIOD_MS; prints one JSON line (latency percentiles, ms)
 //
@@ -66,7 +69,7 @@ static unsigned long long shim_counter(const char *name) {
   return f ? f() : 0;
 }
 
-static int be(double seconds, double block_us) {
+static int be(double seconds, double block_us, bool events) {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int threads = 1024, blocks = sms * 2 * 4;  // 2 resident blocks per SM, 4 waves
@@ -82,20 +85,21 @@ static int be(double seconds, double block_us) {
   long kernels = 0;
   while (now_s() - t0 < seconds) {
     cudaEvent_t e = evs[kernels % evs.size()];
-    if (kernels >= (long)evs.size()) CK(cudaEventSynchronize(e));  // at most 4 in flight
+    if (events && kernels >= (long)evs.size()) CK(cudaEventSynchronize(e));  // at most 4 in flight
     be_block<<<blocks, threads, 0, s>>>(XP_GUARD_NONE, runs, ns);
     CK(cudaGetLastError());
-    CK(cudaEventRecord(e, s));
+    if (events) CK(cudaEventRecord(e, s));
     kernels++;
+    if (!events && kernels % 4 == 0) CK(cudaStreamSynchronize(s));
   }
   CK(cudaStreamSynchronize(s));
   double secs = now_s() - t0;
   std::vector<unsigned> got(blocks);
   CK(cudaMemcpy(got.data(), runs, sizeof(unsigned) * blocks, cudaMemcpyDeviceToHost));
   bool exact = std::all_of(got.begin(), got.end(), [&](unsigned v) { return v == (unsigned)kernels; });
-  printf("{\"role\": \"be\", \"kernels\": %ld, \"blocks\": %d, \"block_us\": %.0f, \"seconds\": %.3f, "
+  printf("{\"role\": \"be\", \"flow\": \"%s\", \"kernels\": %ld, \"blocks\": %d, \"block_us\": %.0f, \"seconds\": %.3f, "
          "\"blocks_per_s\": %.1f, \"exactly_once\": %s, \"guarded\": %llu, \"relaunched\": %llu}\n",
-         kernels, blocks, block_us, secs, kernels * blocks / secs, exact ? "true" : "false",
+         events ? "events" : "sync", kernels, blocks, block_us, secs, kernels * blocks / secs, exact ? "true" : "false",
          shim_counter("xpreempt_shim_cuda_guarded"), shim_counter("xpreempt_shim_cuda_relaunched"));
   return exact ? 0 : 1;
 }
@@ -136,8 +140,9 @@ static int lc(int n, double period_ms) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 4 && !strcmp(argv[1], "be")) return be(atof(argv[2]), atof(argv[3]));
+  if ((argc == 4 || argc == 5) && !strcmp(argv[1], "be"))
+    return be(atof(argv[2]), atof(argv[3]), argc == 5 && !strcmp(argv[4], "events"));
   if (argc == 4 && !strcmp(argv[1], "lc")) return lc(atoi(argv[2]), atof(argv[3]));
-  fprintf(stderr, "usage: lv2_pair be SECONDS BLOCK_US | lv2_pair lc N PERIOD_MS\n");
+  fprintf(stderr, "usage: lv2_pair be SECONDS BLOCK_US [sync|events] | lv2_pair lc N PERIOD_MS\n");
   return 2;
 }
