@@ -13,6 +13,7 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod lv2;
 pub mod nvidia;
 #[cfg(feature = "reference")]
 pub mod reference;

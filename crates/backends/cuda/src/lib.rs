@@ -18,7 +18,6 @@
 
 pub mod driver;
 pub mod error;
-mod flight;
 pub mod kernel;
 mod launch;
 mod lv2;

@@ -9,58 +9,17 @@
 //!
 //! `reactivate` clears the flag and relaunches the stopped kernels (finished blocks skip
 //! themselves). It may fail part-way; the queue then stays `Flagged` and remembers how far it
-//! got ([`Relaunch`]), so that a retry relaunches exactly what is missing: nothing twice, nothing
-//! skipped, and the watermark stays frozen until every stopped kernel is running again.
+//! got (`Relaunch`), so that a retry relaunches exactly what is missing: nothing twice, nothing
+//! skipped, and the watermark stays frozen until every stopped kernel is running again. The pure
+//! bookkeeping (`Flight`, `flag_is_safe`, `relaunch_stopped`) is `xpreempt_hal::lv2`, shared with
+//! the shim's Lv2.
 
 use crate::error::{CudaError, Result, cu};
 use crate::kernel::Kernel;
 use crate::queue::{CudaQueue, Inner, Stop};
-use xpreempt_types::{Launched, Op, Seq};
-
-/// How far a reactivate got, kept across failed attempts.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Relaunch {
-    /// The flag is cleared (behind the stop), the queue stream waits for the clear, and the
-    /// in-flight window was reset.
-    pub cleared: bool,
-    /// Every log entry below this seq is dealt with (relaunched, or kept as not stopped).
-    pub next: Seq,
-}
-
-/// Whether the window may be stopped by the flag: it holds a guarded kernel, and no unguarded
-/// command follows a guarded one.
-pub(crate) fn flag_is_safe(slots: impl Iterator<Item = Option<u32>>) -> bool {
-    let mut seen_guarded = false;
-    for slot in slots {
-        if slot.is_some() {
-            seen_guarded = true;
-        } else if seen_guarded {
-            return false;
-        }
-    }
-    seen_guarded
-}
-
-/// Walks the log from `*next`: `step(seq, Some(kernel))` for each guarded kernel (relaunch it),
-/// `step(seq, None)` for every other entry (it was not stopped). `*next` moves past an entry only
-/// once its step succeeded, so a failed walk resumes where it stopped.
-pub(crate) fn relaunch_stopped<P, E>(
-    log: &mut [Launched<P>],
-    next: &mut Seq,
-    guarded: impl Fn(&P) -> bool,
-    mut step: impl FnMut(Seq, Option<&mut P>) -> std::result::Result<(), E>,
-) -> std::result::Result<(), E> {
-    let from = *next;
-    for entry in log.iter_mut().filter(|e| e.seq >= from) {
-        match &mut entry.command.op {
-            Op::Kernel(k) if guarded(k) => step(entry.seq, Some(k))?,
-            // Unguarded commands before the first guarded kernel ran to completion.
-            _ => step(entry.seq, None)?,
-        }
-        *next = entry.seq + 1;
-    }
-    Ok(())
-}
+pub(crate) use xpreempt_hal::lv2::Relaunch;
+use xpreempt_hal::lv2::{flag_is_safe, relaunch_stopped};
+use xpreempt_types::{Launched, Seq};
 
 impl CudaQueue {
     /// Deactivate; the caller checked the level.
@@ -185,88 +144,5 @@ impl CudaQueue {
         g.flight.push(seq, slot);
         Self::record_taken(g, ev, seq + 1);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use xpreempt_types::Command;
-
-    #[test]
-    fn flag_only_when_no_unguarded_command_follows_a_guarded_kernel() {
-        assert!(flag_is_safe([None, Some(0), Some(1)].into_iter()));
-        assert!(!flag_is_safe([Some(0), None, Some(1)].into_iter()));
-        assert!(!flag_is_safe([None, None].into_iter()), "nothing to stop");
-        assert!(!flag_is_safe(std::iter::empty()));
-    }
-
-    /// Kernel payload of the test: (id, guarded).
-    fn log() -> Vec<Launched<(u32, bool)>> {
-        let mut v = vec![Launched {
-            seq: 10,
-            command: Command::new(Op::Memset {
-                dst: 0,
-                value: 0,
-                bytes: 4,
-            }),
-        }];
-        for (i, seq) in (11..16).enumerate() {
-            v.push(Launched {
-                seq,
-                command: Command::kernel((i as u32, i != 2)),
-            });
-        }
-        v
-    }
-
-    #[test]
-    fn a_failed_relaunch_resumes_where_it_stopped() {
-        let mut log = log();
-        let mut next = 10;
-        let mut relaunched: Vec<u32> = Vec::new();
-        let mut kept: Vec<Seq> = Vec::new();
-        let mut budget = 2; // the third relaunch fails
-        let r = relaunch_stopped(
-            &mut log,
-            &mut next,
-            |k| k.1,
-            |seq, k| match k {
-                Some(k) if budget == 0 => Err(k.0),
-                Some(k) => {
-                    budget -= 1;
-                    relaunched.push(k.0);
-                    Ok(())
-                }
-                None => {
-                    kept.push(seq);
-                    Ok(())
-                }
-            },
-        );
-        assert_eq!(r, Err(3));
-        assert_eq!(relaunched, vec![0, 1]);
-        assert_eq!(next, 14, "resumes at the kernel that failed");
-        // The retry relaunches the rest, each once.
-        let r: std::result::Result<(), u32> = relaunch_stopped(
-            &mut log,
-            &mut next,
-            |k| k.1,
-            |seq, k| {
-                match k {
-                    Some(k) => relaunched.push(k.0),
-                    None => kept.push(seq),
-                }
-                Ok(())
-            },
-        );
-        assert_eq!(r, Ok(()));
-        assert_eq!(relaunched, vec![0, 1, 3, 4]);
-        assert_eq!(kept, vec![10, 13], "the memset and the unguarded kernel");
-        assert_eq!(next, 16);
-        // A further call finds nothing left.
-        let r: std::result::Result<(), u32> =
-            relaunch_stopped(&mut log, &mut next, |k| k.1, |_, _| Err(99));
-        assert_eq!(r, Ok(()));
     }
 }

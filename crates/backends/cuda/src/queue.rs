@@ -8,13 +8,13 @@
 
 use crate::driver::{Device, DeviceBuffer, PinnedWords};
 use crate::error::{CudaError, Result, cu};
-use crate::flight::Flight;
 use crate::kernel::Kernel;
 use crate::lv2::Relaunch;
 use crate::lv3::Lv3Control;
 use cudarc::driver::sys;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
+use xpreempt_hal::lv2::Flight;
 use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, Launched, Level, Seq};
 

@@ -65,6 +65,21 @@ real_fn!(pub cuStreamIsCapturing: fn(stream: Handle, status: *mut u32));
 real_fn!(pub cuFuncGetParamInfo: fn(f: Handle, index: usize, offset: *mut usize, size: *mut usize));
 real_fn!(pub cuKernelGetParamInfo: fn(f: Handle, index: usize, offset: *mut usize, size: *mut usize));
 real_fn!(pub cuCtxGetStreamPriorityRange: fn(least: *mut i32, greatest: *mut i32));
+// Lv2: recognizing guard-built kernels (their marker global), and each queue's flag, completion
+// array and control stream.
+real_fn!(pub cuFuncGetName: fn(name: *mut *const std::ffi::c_char, f: Handle));
+real_fn!(pub cuFuncGetModule: fn(module: *mut Handle, f: Handle));
+real_fn!(pub cuModuleGetGlobal_v2: fn(ptr: *mut u64, bytes: *mut usize, module: Handle, name: *const std::ffi::c_char));
+real_fn!(pub cuKernelGetName: fn(name: *mut *const std::ffi::c_char, k: Handle));
+real_fn!(pub cuKernelGetLibrary: fn(lib: *mut Handle, k: Handle));
+real_fn!(pub cuLibraryGetGlobal: fn(ptr: *mut u64, bytes: *mut usize, lib: Handle, name: *const std::ffi::c_char));
+real_fn!(pub cuMemAlloc_v2: fn(ptr: *mut u64, bytes: usize));
+real_fn!(pub cuMemFree_v2: fn(ptr: u64));
+real_fn!(pub cuMemsetD32Async: fn(ptr: u64, value: u32, count: usize, stream: Handle));
+real_fn!(pub cuStreamCreateWithPriority: fn(stream: *mut Handle, flags: u32, priority: i32));
+real_fn!(pub cuStreamWaitEvent: fn(stream: Handle, ev: Handle, flags: u32));
+real_fn!(pub cuStreamSynchronize: fn(stream: Handle));
+real_fn!(pub cuStreamDestroy_v2: fn(stream: Handle));
 
 const STREAM_CAPTURE_MODE_RELAXED: u32 = 2;
 

@@ -296,13 +296,28 @@ macro_rules! stream_sync {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(s: usize) -> CUresult {
             let real = real!($name);
-            let sticky = std::panic::catch_unwind(|| {
-                streams::before_direct(s as Handle, $p);
-                streams::existing(s as Handle, $p).map_or(SUCCESS, |q| q.xq.hal().take_sticky())
-            })
-            .unwrap_or(SUCCESS);
-            let r = call_real!(real, s);
-            if r == SUCCESS { sticky } else { r }
+            loop {
+                let seen = std::panic::catch_unwind(|| streams::before_sync(s as Handle, $p))
+                    .ok()
+                    .flatten();
+                let r = call_real!(real, s);
+                let Some((q, generation)) = seen else {
+                    return r;
+                };
+                // Kernels stopped at Lv2 while the driver waited ended early: wait again.
+                let again = r == SUCCESS
+                    && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        q.xq.hal().stopped_since(generation)
+                    }))
+                    .unwrap_or(false);
+                if !again {
+                    let sticky = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        q.xq.hal().take_sticky()
+                    }))
+                    .unwrap_or(SUCCESS);
+                    return if r == SUCCESS { sticky } else { r };
+                }
+            }
         }
     };
 }
@@ -342,11 +357,12 @@ macro_rules! stream_query {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(s: usize) -> CUresult {
             let real = real!($name);
-            // NOT_READY while the stream holds buffered commands; then the error of a launch the
-            // driver refused from the buffer, once, as cuStreamSynchronize reports it.
+            // NOT_READY while the stream holds buffered commands (or kernels stopped at Lv2); then
+            // the error of a launch the driver refused from the buffer, once, as
+            // cuStreamSynchronize reports it.
             let answer = std::panic::catch_unwind(|| {
                 streams::existing(s as Handle, $p).map_or(SUCCESS, |q| {
-                    if q.xq.pending_len() > 0 {
+                    if q.xq.pending_len() > 0 || q.xq.hal().lv2_stopped() {
                         ERROR_NOT_READY
                     } else {
                         q.xq.hal().take_sticky()

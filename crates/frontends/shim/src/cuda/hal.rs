@@ -1,5 +1,7 @@
 //! The HAL under an intercepted stream: a command is a deferred driver call on the
 //! application's own stream; completion is tracked with events recorded at sync points (Lv1).
+//! Lv2 (guard-built kernels stopped by a flag and relaunched) is `lv2.rs`; Lv3 (the process's
+//! timeslice) `lv3.rs`.
 
 use super::driver::{self, CUresult, CtxGuard, Handle, SUCCESS};
 use std::cell::Cell;
@@ -32,12 +34,56 @@ fn precise_naps() {
     }
 }
 
-/// A driver call held until the queue may run; it returns the driver's status.
-pub struct Deferred(Option<Box<dyn FnOnce() -> CUresult + Send>>);
+/// The three guard parameters of a guard-built kernel (`XP_GUARD_PARAMS`): the flag's device
+/// address, the completion slot's, and the epoch.
+pub type GuardValues = [u64; 3];
+
+type Call = Box<dyn FnMut(Option<&GuardValues>) -> CUresult + Send>;
+
+/// A driver call held until the queue may run; it returns the driver's status. A guarded
+/// kernel's launch stays callable (with its guard values) for relaunches after a stop.
+pub struct Deferred {
+    call: Option<Call>,
+    /// Built with the guard header and recognized as such, at Lv2: its launches get guard values.
+    guarded: bool,
+    /// Its blocks (one completion word each).
+    pub(super) units: u32,
+    /// Completion slot and epoch, assigned at its first launch when it can be stopped.
+    pub(super) slot: Option<(u32, u32)>,
+}
 
 impl Deferred {
     pub fn new(call: impl FnOnce() -> CUresult + Send + 'static) -> Self {
-        Self(Some(Box::new(call)))
+        let mut once = Some(call);
+        Self {
+            call: Some(Box::new(move |_| once.take().map_or(SUCCESS, |c| c()))),
+            guarded: false,
+            units: 0,
+            slot: None,
+        }
+    }
+
+    /// A guarded kernel's launch of `units` blocks; `call` writes the guard values into its
+    /// argument copy, then launches.
+    pub fn guarded(
+        units: u32,
+        call: impl FnMut(Option<&GuardValues>) -> CUresult + Send + 'static,
+    ) -> Self {
+        Self {
+            call: Some(Box::new(call)),
+            guarded: true,
+            units,
+            slot: None,
+        }
+    }
+
+    /// Makes the driver call (again, for a relaunch); a call already made and dropped is a
+    /// success.
+    pub(super) fn call(&mut self, guard: Option<&GuardValues>) -> CUresult {
+        self.call.as_mut().map_or(SUCCESS, |c| {
+            let _inside = super::fork_gate::enter();
+            c(guard)
+        })
     }
 }
 
@@ -75,6 +121,7 @@ pub(super) struct State {
     /// The stream or its context is gone: the queue's events are released and everything
     /// launched counts as completed, so no thread calls the driver for this queue again.
     pub(super) retired: bool,
+    pub(super) lv2: super::lv2::Lv2State,
 }
 
 // SAFETY: the handles are driver objects usable from any thread (with the context made current).
@@ -88,6 +135,10 @@ pub struct StreamHal {
     lv3: bool,
     /// Interrupted at Lv3 and not restored yet.
     interrupted: AtomicBool,
+    /// Lv2 (guard-built kernels stopped by the flag) is this queue's level.
+    lv2: bool,
+    /// The flag is set or a guarded kernel is in flight (`lv2.rs`).
+    pub(super) lv2_busy: AtomicBool,
     /// Set by `retire`: threads polling an event outside the lock stop, so that its events can
     /// be destroyed under nobody's feet.
     gone: AtomicBool,
@@ -104,13 +155,23 @@ unsafe impl Send for StreamHal {}
 unsafe impl Sync for StreamHal {}
 
 impl StreamHal {
-    /// `lv3`: interrupt by the process's timeslice; `observe`: pass-through (markers only).
-    pub fn new(ctx: Handle, stream: Handle, lv3: bool, observe: bool) -> Self {
+    /// `lv3`: interrupt by the process's timeslice; `lv2`: stop guard-built kernels (when not
+    /// `lv3`); `observe`: pass-through (markers only); `threshold`: the queue's window.
+    pub fn new(
+        ctx: Handle,
+        stream: Handle,
+        lv3: bool,
+        lv2: bool,
+        observe: bool,
+        threshold: u32,
+    ) -> Self {
         Self {
             ctx,
             stream,
             lv3,
             interrupted: AtomicBool::new(false),
+            lv2: lv2 && !lv3 && !observe,
+            lv2_busy: AtomicBool::new(false),
             gone: AtomicBool::new(false),
             pollers: AtomicU32::new(0),
             observer: observe.then(super::observe::Observer::default),
@@ -121,6 +182,7 @@ impl StreamHal {
                 launched: 0,
                 sticky: SUCCESS,
                 retired: false,
+                lv2: super::lv2::Lv2State::new(threshold),
             }),
         }
     }
@@ -148,6 +210,11 @@ impl StreamHal {
     /// Whether the queue is interrupted through the process's timeslice (Lv3).
     pub fn lv3(&self) -> bool {
         self.lv3
+    }
+
+    /// Whether the queue stops guard-built kernels (Lv2).
+    pub fn lv2(&self) -> bool {
+        self.lv2
     }
 
     /// Takes the error of a launch from the pending buffer, if one failed.
@@ -192,6 +259,7 @@ impl StreamHal {
             o.release_hold();
         }
         let _ctx = CtxGuard::enter(self.ctx);
+        self.lv2_release(&mut g);
         for (_, ev) in std::mem::take(&mut g.sync) {
             driver::cuEventDestroy_v2(ev);
         }
@@ -221,9 +289,11 @@ impl StreamHal {
         }
     }
 
-    /// Event `ev`, recorded for watermark `m`, has completed: so have those recorded before it.
-    fn reached(&self, g: &mut State, m: Seq) {
-        if g.retired {
+    /// Event `ev`, recorded for watermark `m` in Lv2 generation `generation`, has completed: so
+    /// have those recorded before it, unless a flagged stop came since (the event then fired
+    /// behind stopped kernels, or was recorded again).
+    fn reached(&self, g: &mut State, m: Seq, generation: u64) {
+        if g.retired || g.lv2.generation != generation || g.lv2.stop == super::lv2::Stop::Flagged {
             return;
         }
         g.completed = g.completed.max(m);
@@ -247,7 +317,31 @@ impl HwQueue for StreamHal {
     type Payload = Deferred;
 
     fn max_level(&self) -> Level {
-        if self.lv3 { Level::Lv3 } else { Level::Lv1 }
+        if self.lv3 {
+            Level::Lv3
+        } else if self.lv2 {
+            Level::Lv2
+        } else {
+            Level::Lv1
+        }
+    }
+
+    fn settled(&self) -> bool {
+        !self.lv2 || self.lv2_settled()
+    }
+
+    fn deactivate(&self) -> Result<(), HalError> {
+        if !self.lv2 {
+            return Err(self.unsupported("deactivate", Level::Lv2));
+        }
+        self.lv2_deactivate()
+    }
+
+    fn reactivate(&self, log: &mut [Launched<Deferred>]) -> Result<(), HalError> {
+        if !self.lv2 {
+            return Err(self.unsupported("reactivate", Level::Lv2));
+        }
+        self.lv2_reactivate(log)
     }
 
     fn interrupt(&self) -> Result<(), HalError> {
@@ -282,16 +376,22 @@ impl HwQueue for StreamHal {
     ) -> Result<(), HalError> {
         let _ctx = CtxGuard::enter(self.ctx);
         let mut g = self.lock();
-        let Op::Kernel(Deferred(call)) = &mut command.op else {
+        let Op::Kernel(d) = &mut command.op else {
             return Err(HalError::Refused {
                 op: "launch",
                 source: std::sync::Arc::new(CuError(driver::ERROR_INVALID_VALUE)),
             });
         };
-        let status = call.take().map_or(SUCCESS, |c| {
-            let _inside = super::fork_gate::enter();
-            c()
-        });
+        let values = d.guarded.then(|| self.guard_values(&mut g, d));
+        let status = d.call(values.as_ref());
+        if status != SUCCESS {
+            // Not on the stream: nothing to stop or relaunch (a retry takes a slot afresh).
+            d.slot = None;
+        }
+        if d.slot.is_none() {
+            // Never relaunched: the arguments go now.
+            d.call = None;
+        }
         if SUBMITTING.with(Cell::get) {
             LAUNCHED.with(|l| l.set(true));
         }
@@ -306,6 +406,11 @@ impl HwQueue for StreamHal {
             }
         }
         g.launched = seq + 1;
+        if self.lv2 {
+            let slot = d.slot.map(|(s, _)| s);
+            g.lv2.flight.push(seq, slot);
+            self.note_busy(&g);
+        }
         if let Some(o) = &self.observer {
             // A marker: its completion is proven by `synchronize`, which records after the
             // stream's latest work.
@@ -351,9 +456,13 @@ impl HwQueue for StreamHal {
             (!g.retired).then(|| CtxGuard::enter(self.ctx))
         };
         loop {
-            let (m, ev) = {
+            let (m, ev, generation) = {
                 let mut g = self.lock();
                 if g.retired || g.completed >= upto {
+                    return Ok(());
+                }
+                if g.lv2.stop == super::lv2::Stop::Flagged {
+                    // Stopped work completes only after reactivate; the caller polls again.
                     return Ok(());
                 }
                 if upto > g.launched {
@@ -370,7 +479,7 @@ impl HwQueue for StreamHal {
                 };
                 // Counted under the lock: `retire` (which takes it first) waits for this poll.
                 self.begin_poll();
-                (m, ev)
+                (m, ev, g.lv2.generation)
             };
             // Waiting without the lock; a reaped and re-recorded event only ends the wait later.
             // Polled with short sleeps instead of cuEventSynchronize: a thread spinning inside
@@ -385,7 +494,7 @@ impl HwQueue for StreamHal {
                 }
             };
             if r == SUCCESS {
-                self.reached(&mut self.lock(), m);
+                self.reached(&mut self.lock(), m, generation);
             }
             self.end_poll();
             if r != SUCCESS {

@@ -2,7 +2,7 @@
 //! so that a buffered launch does not depend on memory the application reuses after the call.
 
 use super::driver::{self, CUresult, Handle, SUCCESS};
-use super::hal::{CuError, Deferred, submitting};
+use super::hal::{CuError, Deferred, GuardValues, submitting};
 use super::real::Real;
 use super::streams::{self, StreamQueue};
 use std::collections::HashMap;
@@ -41,6 +41,21 @@ impl Args {
             self.extra.as_mut_ptr()
         }
     }
+
+    /// Writes a guarded kernel's three guard values over the application's placeholders (the
+    /// layout was checked: 8 bytes at 0 and at 8, 4 bytes at 16).
+    fn set_guard(&mut self, v: &GuardValues) {
+        if self.buf.len() * 16 < 20 {
+            return;
+        }
+        let base = self.buf.as_mut_ptr().cast::<u8>();
+        // SAFETY: `buf` holds at least 20 bytes (checked), owned by this value.
+        unsafe {
+            base.cast::<u64>().write_unaligned(v[0]);
+            base.add(8).cast::<u64>().write_unaligned(v[1]);
+            base.add(16).cast::<u32>().write_unaligned(v[2] as u32);
+        }
+    }
 }
 
 /// (offset, size) of each parameter; `None` when the driver cannot say. Shared, so that a
@@ -55,9 +70,10 @@ pub fn forget_layouts() {
     if let Some(m) = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
         m.clear();
     }
+    super::guard::forget();
 }
 
-fn layout(f: Handle) -> Layout {
+pub(super) fn layout(f: Handle) -> Layout {
     let mut g = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
     g.get_or_insert_with(HashMap::new)
         .entry(f as usize)
@@ -160,8 +176,37 @@ pub extern "C" fn xpreempt_shim_cuda_buffered() -> u64 {
 
 /// Submits a deferred call to `q`, returning the driver's status when it launched at once.
 fn submit(q: &StreamQueue, call: impl FnOnce() -> CUresult + Send + 'static) -> CUresult {
-    let cmd =
-        Command::kernel(Deferred::new(call)).with_props(CommandProps::new(false, false, false));
+    submit_deferred(q, Deferred::new(call))
+}
+
+/// Submits the launch of kernel `f` with `args` (`launch` makes the driver call): a guarded
+/// kernel's launch (Lv2, `guardable`: not cooperative) stays callable with guard values.
+fn submit_kernel(
+    q: &StreamQueue,
+    f: Handle,
+    units: u32,
+    guardable: bool,
+    mut args: Args,
+    mut launch: impl FnMut(&mut Args) -> CUresult + Send + 'static,
+) -> CUresult {
+    let guarded =
+        guardable && q.xq.hal().lv2() && super::guard::recognized(f, layout(f).as_deref());
+    if !guarded {
+        return submit(q, move || launch(&mut args));
+    }
+    submit_deferred(
+        q,
+        Deferred::guarded(units, move |values| {
+            if let Some(v) = values {
+                args.set_guard(v);
+            }
+            launch(&mut args)
+        }),
+    )
+}
+
+fn submit_deferred(q: &StreamQueue, d: Deferred) -> CUresult {
+    let cmd = Command::kernel(d).with_props(CommandProps::new(false, false, false));
     QUEUED.fetch_add(1, Ordering::Relaxed);
     // The RM hooks' work_submit (in-process; one atomic load when they are off).
     crate::rm::hooks::note_launch(xpreempt_core::OpKind::Kernel as u32);
@@ -288,13 +333,16 @@ pub unsafe fn kernel(
         return observed(stream, ptsz, direct(params, extra));
     };
     // SAFETY: the application's arguments, valid during this call.
-    let Some(mut args) = (unsafe { copy_args(f, params, extra) }) else {
+    let Some(args) = (unsafe { copy_args(f, params, extra) }) else {
         q.wait_launched();
         return direct(params, extra);
     };
+    let units = grid[0].saturating_mul(grid[1]).saturating_mul(grid[2]);
+    let fh = f;
     let f = f as usize;
     let stream = stream as usize;
-    submit(&q, move || {
+    // A cooperative kernel's blocks wait for each other: stopping some would hang the rest.
+    submit_kernel(&q, fh, units, !cooperative, args, move |args| {
         let extra = if cooperative {
             std::ptr::null_mut()
         } else {
@@ -375,7 +423,7 @@ pub unsafe fn kernel_ex(
     };
     // SAFETY: the application's arguments, valid during this call.
     let copied = unsafe { copy_args(f, params, extra) };
-    let (Some(mut args), false) = (copied, num_attrs > 0 && attrs.is_null()) else {
+    let (Some(args), false) = (copied, num_attrs > 0 && attrs.is_null()) else {
         q.wait_launched();
         // SAFETY: forwarding.
         return unsafe { real_fn(config, f, params, extra) };
@@ -393,13 +441,15 @@ pub unsafe fn kernel_ex(
             );
         }
     }
+    let units = grid_units(&cfg);
+    let cooperative = is_cooperative(&attr_bytes, num_attrs);
+    let fh = f;
     let f = f as usize;
     let attrs_owned = SendBytes(attr_bytes);
     let mut cfg_owned = SendBytes(cfg);
-    submit(&q, move || {
-        let attrs = attrs_owned;
+    submit_kernel(&q, fh, units, !cooperative, args, move |args| {
         let p = if num_attrs > 0 {
-            attrs.0.as_ptr() as usize
+            attrs_owned.0.as_ptr() as usize
         } else {
             0
         };
@@ -419,6 +469,28 @@ pub unsafe fn kernel_ex(
                 args.extra(),
             )
         }
+    })
+}
+
+/// The blocks of a copied `CUlaunchConfig` (gridDimX, Y, Z: its first three u32).
+fn grid_units(cfg: &[u64]) -> u32 {
+    let x = cfg.first().copied().unwrap_or(0);
+    let z = cfg.get(1).copied().unwrap_or(0) as u32;
+    (x as u32)
+        .saturating_mul((x >> 32) as u32)
+        .saturating_mul(z)
+}
+
+/// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE` (its value, an int, follows the id at byte 8).
+const ATTRIBUTE_COOPERATIVE: u32 = 2;
+
+/// Whether copied launch attributes ask for a cooperative launch.
+fn is_cooperative(attrs: &[u64], n: usize) -> bool {
+    (0..n).any(|i| {
+        let at = i * LAUNCH_ATTRIBUTE_SIZE / 8;
+        let id = attrs.get(at).copied().unwrap_or(0) as u32;
+        let value = attrs.get(at + 1).copied().unwrap_or(0) as u32;
+        id == ATTRIBUTE_COOPERATIVE && value != 0
     })
 }
 

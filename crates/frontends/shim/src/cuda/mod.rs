@@ -5,7 +5,8 @@
 //! - [`exports`]: the wrappers, under libcuda's names;
 //! - [`launch`]: kernel and graph launches become XQueue commands ([`hal`]);
 //! - [`streams`]: a stream's queue, and the ordering rules every other call follows;
-//! - [`observe`]: pass-through mode, where queues only observe; [`lv3`]: the process's timeslice;
+//! - [`observe`]: pass-through mode, where queues only observe; [`lv2`]: guard-built kernels
+//!   stopped by a flag and relaunched ([`guard`] recognizes them); [`lv3`]: the process's timeslice;
 //! - [`settings`], [`chaos`]: what `xpreempt run` asks for; random suspensions for testing.
 //! - [`fork_gate`]: the shim's own threads stay out of libcuda while the application forks.
 
@@ -13,8 +14,10 @@ mod chaos;
 pub mod driver;
 mod exports;
 pub(crate) mod fork_gate;
+mod guard;
 pub mod hal;
 mod launch;
+mod lv2;
 mod lv3;
 mod observe;
 pub mod real;

@@ -36,6 +36,12 @@ impl StreamQueue {
     /// Waits until everything submitted so far has been handed to the driver.
     pub fn wait_launched(&self) {
         self.xq.wait_launched();
+        // Kernels stopped at Lv2 are launched again only by the resume; meanwhile nothing may
+        // follow them on the device.
+        while !self.xq.hal().admit_direct() {
+            std::thread::sleep(super::hal::POLL);
+            self.xq.wait_launched();
+        }
         // Cleared before looking again: a command another thread buffers meanwhile (it marks
         // the queue after buffering) leaves the queue marked.
         self.held.store(false, Ordering::SeqCst);
@@ -269,7 +275,8 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
         level: s.level,
     };
     let lv3 = s.level == Level::Lv3 && super::lv3::available();
-    let hal = StreamHal::new(ctx, hal_stream, lv3, s.pass_through);
+    let lv2 = s.level >= Level::Lv2;
+    let hal = StreamHal::new(ctx, hal_stream, lv3, lv2, s.pass_through, threshold);
     match agent.queue(decl, config, hal) {
         Ok(xq) => Some(Arc::new(StreamQueue {
             xq,
@@ -351,7 +358,7 @@ fn drain_where(f: impl Fn(&StreamQueue) -> bool) {
         .map(|m| {
             m.values()
                 .flatten()
-                .filter(|q| q.held.load(Ordering::SeqCst) && f(q))
+                .filter(|q| (q.held.load(Ordering::SeqCst) || q.xq.hal().lv2_busy()) && f(q))
                 .cloned()
                 .collect()
         })
@@ -405,6 +412,35 @@ pub fn before_direct(stream: Handle, ptsz: bool) {
             drain_where(|o| o.ctx == ctx && !o.non_blocking);
         }
     }
+}
+
+/// Before a synchronize of `stream`: what `before_direct` does, except that the stream's own
+/// queue keeps its guarded kernels stoppable (a synchronize adds no work behind them). Returns
+/// that queue and its Lv2 generation: if a stop came while the driver waited, the synchronize
+/// returned early and must be made again (`StreamHal::stopped_since`).
+pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)> {
+    if !active() {
+        return None;
+    }
+    let own = existing(stream, ptsz);
+    let seen = own.as_ref().map(|q| {
+        loop {
+            q.xq.wait_launched();
+            if let Some(generation) = q.xq.hal().admit_sync() {
+                break generation;
+            }
+            std::thread::sleep(super::hal::POLL);
+        }
+    });
+    order_before(stream, ptsz, own.as_deref());
+    if own.is_none() && !is_per_thread(stream, ptsz) {
+        let s = stream as usize;
+        if s == 0 || s == STREAM_LEGACY {
+            let ctx = driver::current_ctx() as usize;
+            drain_where(|o| o.ctx == ctx && !o.non_blocking);
+        }
+    }
+    own.zip(seen)
 }
 
 /// Before a synchronous call (copies, frees, unloads, context teardown): everything buffered

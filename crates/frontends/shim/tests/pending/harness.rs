@@ -161,6 +161,13 @@ pub fn chaos(seed: u64) -> Config {
     )
 }
 
+/// The same at Lv2 (`XPREEMPT_LEVEL=2`): guard-built kernels are stopped and relaunched.
+pub fn lv2(mut c: Config) -> Config {
+    c.name = format!("{}-lv2", c.name);
+    c.env.push(("XPREEMPT_LEVEL".into(), "2".into()));
+    c
+}
+
 /// Names every run's files uniquely within the test binary.
 fn tag(scenario: &str, config: &Config) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -374,12 +381,32 @@ pub struct Done {
     pub graph: u64,
 }
 
+/// The runs of one guard-built kernel (each launch and relaunch of its id).
+#[derive(Clone, Debug, Default)]
+pub struct GuardRuns {
+    pub runs: usize,
+    /// Runs that a set flag ended between blocks.
+    pub stopped: usize,
+    /// Runs stopped after some of their blocks ran and before the last one.
+    pub stopped_midway: usize,
+    /// Blocks run, over all runs.
+    pub ran: u64,
+    /// Runs that got guard values (the flag and a completion slot).
+    pub with_guard: usize,
+    /// The distinct epochs its runs had.
+    pub epochs: Vec<u64>,
+    /// The first start and the last end of the runs that ran blocks.
+    span: Option<(u64, u64)>,
+}
+
 pub struct Log {
     pub path: PathBuf,
     pub lines: Vec<String>,
     pub done: Vec<Done>,
-    /// Kernel id → its runs, in the order they ended.
+    /// Kernel id → its runs, in the order they ended (a guard-built kernel's runs as one).
     kernels: HashMap<i64, Vec<Done>>,
+    /// Guard-built kernel id → its runs.
+    pub guarded: HashMap<i64, GuardRuns>,
 }
 
 fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
@@ -393,6 +420,7 @@ impl Log {
         let lines: Vec<String> = text.lines().map(String::from).collect();
         let mut done = Vec::new();
         let mut kernels: HashMap<i64, Vec<Done>> = HashMap::new();
+        let mut guarded: HashMap<i64, GuardRuns> = HashMap::new();
         for l in lines.iter().filter(|l| l.starts_with("done ")) {
             let num = |n| field(l, n).unwrap().parse::<u64>().unwrap();
             let d = Done {
@@ -402,16 +430,45 @@ impl Log {
                 end: num("end"),
                 graph: num("graph"),
             };
-            if d.kind == 'K' {
+            if let Some(g) = field(l, "guard") {
+                // A guard-built kernel: its runs together are its one execution.
+                let r = guarded.entry(d.id).or_default();
+                let (stopped, ran) = (num("stopped") == 1, num("ran"));
+                r.runs += 1;
+                r.stopped += usize::from(stopped);
+                r.stopped_midway += usize::from(stopped && ran > 0);
+                r.ran += ran;
+                r.with_guard += usize::from(g == "1");
+                let epoch = num("epoch");
+                if !r.epochs.contains(&epoch) {
+                    r.epochs.push(epoch);
+                }
+                if ran > 0 {
+                    let (s, e) = r.span.unwrap_or((d.start, d.end));
+                    r.span = Some((s.min(d.start), e.max(d.end)));
+                }
+            } else if d.kind == 'K' {
                 kernels.entry(d.id).or_default().push(d.clone());
             }
             done.push(d);
+        }
+        for (id, r) in &guarded {
+            if let Some((start, end)) = r.span {
+                kernels.entry(*id).or_default().push(Done {
+                    kind: 'K',
+                    id: *id,
+                    start,
+                    end,
+                    graph: 0,
+                });
+            }
         }
         Log {
             path: path.to_path_buf(),
             lines,
             done,
             kernels,
+            guarded,
         }
     }
 

@@ -7,9 +7,10 @@
 //! command, under random suspensions (`XPREEMPT_CHAOS`), while the local scheduler takes turns
 //! between streams, and (`suspended`) under a real daemon that keeps the process suspended for
 //! as long as the test wants. Every scenario also runs on the simulated driver alone, so its
-//! checks are CUDA's semantics and not the shim's.
+//! checks are CUDA's semantics and not the shim's. `guard` checks Lv2 for guard-built kernels.
 
 mod capture;
+mod guard;
 mod harness;
 mod lifecycle;
 mod order;

@@ -13,9 +13,9 @@ use xpreempt_core::sched::protocol::QueueState;
 use xpreempt_ipc::msg::QueueRow;
 use xpreempt_ipc::operator::Operator;
 
-const PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
 
-fn under_daemon(socket: &Path, priority: i32) -> Config {
+pub(crate) fn under_daemon(socket: &Path, priority: i32) -> Config {
     Config {
         name: format!("daemon-p{priority}"),
         shim: true,
@@ -37,12 +37,12 @@ fn rows_of(rows: &[QueueRow], pid: u32) -> Vec<&QueueRow> {
 /// The process's queues are suspended where it matters: in the process (its queues counted
 /// more suspensions than resumes), not only in the daemon's view (whose state says whether a
 /// queue has work).
-fn held(rows: &[QueueRow], pid: u32) -> bool {
+pub(crate) fn held(rows: &[QueueRow], pid: u32) -> bool {
     let mine = rows_of(rows, pid);
     !mine.is_empty() && mine.iter().all(|r| r.preemptions > r.resumes)
 }
 
-fn holding(rows: &[QueueRow], pid: u32) -> bool {
+pub(crate) fn holding(rows: &[QueueRow], pid: u32) -> bool {
     rows_of(rows, pid)
         .iter()
         .any(|r| r.state == QueueState::Running)

@@ -103,6 +103,7 @@ void setup(void) {
     cu.state = sim(h, "sim_state");
     cu.before = sim(h, "sim_before");
     cu.runs = sim(h, "sim_runs");
+    cu.stops = sim(h, "sim_stops");
     cu.release = sim(h, "sim_release");
     CHECK(cu.Init(0));
     CHECK(cu.DevicePrimaryCtxRetain(&primary, 0));
@@ -195,12 +196,12 @@ void release_after(long id, int ms) {
     pthread_detach(t);
 }
 
-static unsigned long long counter(const char *name) {
+unsigned long long shim_counter(const char *name) {
     unsigned long long (*f)(void) = (unsigned long long (*)(void))dlsym(RTLD_DEFAULT, name);
     return f ? f() : 0;
 }
-unsigned long long shim_launches(void) { return counter("xpreempt_shim_cuda_launches"); }
-unsigned long long shim_buffered(void) { return counter("xpreempt_shim_cuda_buffered"); }
+unsigned long long shim_launches(void) { return shim_counter("xpreempt_shim_cuda_launches"); }
+unsigned long long shim_buffered(void) { return shim_counter("xpreempt_shim_cuda_buffered"); }
 
 void await_state(long id, int st) {
     for (int i = 0; i < 20000; i++) {

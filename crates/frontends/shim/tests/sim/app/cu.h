@@ -91,6 +91,7 @@ struct cu {
     int (*state)(long id);
     int (*before)(long a, long b);
     long (*runs)(long id);
+    long (*stops)(long id);
     void (*release)(long id);
 };
 
@@ -125,6 +126,8 @@ void sleep_ms(int ms);
 /* The shim's counters (0 without the shim). */
 unsigned long long shim_launches(void);
 unsigned long long shim_buffered(void);
+/* A counter the shim exports (0 without the shim). */
+unsigned long long shim_counter(const char *name);
 
 /* Fails the scenario with a message. */
 void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));

@@ -28,7 +28,10 @@
     X("hold", hold)                                                                                \
     X("suspended", suspended)                                                                      \
     X("gate-legacy", gate_legacy)                                                                  \
-    X("gate-record", gate_record)
+    X("gate-record", gate_record)                                                                  \
+    X("guard-basic", guard_basic)                                                                  \
+    X("guard-suspend", guard_suspend)                                                              \
+    X("guard-unload", guard_unload)
 
 #define DECLARE(name, fn) void fn(void);
 SCENARIOS(DECLARE)

@@ -91,6 +91,7 @@ static int deps_done(struct cmd *c) {
 static void finish(struct cmd *c) {
     switch (c->kind) {
     case C_KERNEL:
+        if (c->guard) break; /* its blocks had their effects */
         if (c->ptr) {
             if (alloc_live(c->ptr))
                 *(uint64_t *)(uintptr_t)c->ptr = (uint64_t)c->id;
@@ -115,8 +116,51 @@ static void finish(struct cmd *c) {
     struct stream *s = c->s;
     s->head = c->next;
     if (!s->head) s->tail = NULL;
-    sim_log("done n=%ld stream=%d kind=%c id=%ld start=%ld end=%ld graph=%ld", c->n, s->id,
-            "KCSRWH"[c->kind], c->id, c->start, c->end, c->graph);
+    if (c->guard)
+        sim_log("done n=%ld stream=%d kind=%c id=%ld start=%ld end=%ld graph=%ld guard=%d epoch=%u stopped=%d ran=%ld",
+                c->n, s->id, "KCSRWH"[c->kind], c->id, c->start, c->end, c->graph, c->gflag != 0, c->epoch,
+                c->stopped, c->ran);
+    else
+        sim_log("done n=%ld stream=%d kind=%c id=%ld start=%ld end=%ld graph=%ld", c->n, s->id,
+                "KCSRWH"[c->kind], c->id, c->start, c->end, c->graph);
+}
+
+/* A device word the kernel reads or writes (NULL, and logged, when the memory is not live). */
+static uint32_t *word(struct cmd *c, uint64_t base, long i, const char *what) {
+    uint64_t p = base + 4 * (uint64_t)i;
+    if (alloc_live(p)) return (uint32_t *)(uintptr_t)p;
+    sim_log("violation kernel %ld used freed device memory (%s)", c->id, what);
+    return NULL;
+}
+
+/* Runs a guard-built kernel's blocks (lock held): 1 when the run has ended (all blocks, or
+ * stopped by the flag), 0 while a block runs until *deadline. */
+static int step_guarded(struct cmd *c, double now) {
+    for (;;) {
+        if (c->in_block) {
+            if (c->deadline > now) return 0;
+            c->in_block = 0;
+            uint32_t *n = c->ptr ? word(c, c->ptr, c->block, "counter") : NULL;
+            if (n) (*n)++;
+            uint32_t *d = c->gdone ? word(c, c->gdone, c->block, "completion array") : NULL;
+            if (d) *d = c->epoch;
+            c->ran++;
+            c->block++;
+        }
+        if (c->block >= c->blocks) return 1;
+        uint32_t *flag = c->gflag ? word(c, c->gflag, 0, "flag") : NULL;
+        if (flag && *flag) {
+            c->stopped = 1;
+            return 1;
+        }
+        uint32_t *d = c->gdone ? word(c, c->gdone, c->block, "completion array") : NULL;
+        if (d && *d == c->epoch) {
+            c->block++;
+            continue;
+        }
+        c->in_block = 1;
+        c->deadline = now + (double)c->dur_us;
+    }
 }
 
 static void *device_main(void *arg) {
@@ -135,6 +179,15 @@ static void *device_main(void *arg) {
                     c->start = ++tick;
                     c->deadline = now + (c->kind == C_KERNEL ? (double)c->dur_us : 0);
                     progressed = 1;
+                }
+                if (c->kind == C_KERNEL && c->guard) {
+                    if (!step_guarded(c, now)) {
+                        if (c->deadline < next) next = c->deadline;
+                        break;
+                    }
+                    finish(c);
+                    progressed = 1;
+                    continue;
                 }
                 if (c->kind == C_KERNEL && (c->flags & F_GATE) && !is_released(c->id)) break;
                 if (c->deadline > now) {
@@ -317,6 +370,16 @@ long sim_runs(long id) {
     pthread_mutex_lock(&sim_lock);
     for (long i = 1; i <= ncmds; i++)
         if (cmds[i]->kind == C_KERNEL && cmds[i]->id == id && cmds[i]->state == DONE) r++;
+    pthread_mutex_unlock(&sim_lock);
+    return r;
+}
+
+/* How many runs of kernel id were stopped by the guard flag. */
+long sim_stops(long id) {
+    long r = 0;
+    pthread_mutex_lock(&sim_lock);
+    for (long i = 1; i <= ncmds; i++)
+        if (cmds[i]->kind == C_KERNEL && cmds[i]->id == id && cmds[i]->state == DONE && cmds[i]->stopped) r++;
     pthread_mutex_unlock(&sim_lock);
     return r;
 }

@@ -2,10 +2,12 @@
  * cuGetProcAddress (how the CUDA runtime finds every entry point, per-thread variants included).
  *
  * Every simulated kernel takes four 8-byte arguments: (id, microseconds it runs, flags, device
- * pointer it writes its id to at the end, or 0). */
+ * pointer it writes its id to at the end, or 0); a guard-built one takes the guard's three first
+ * (sim.h). Function handles of an unloaded module are handed out again, as a driver may. */
 #define _GNU_SOURCE
 #include "sim.h"
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 static int nmodules;
@@ -25,12 +27,39 @@ static CUresult load(void **out) {
     pthread_mutex_unlock(&sim_lock);
     return OK;
 }
-static CUresult get_function(void **out, void *m) {
+static struct func *funcs[1024];
+static int nfuncs;
+
+static CUresult get_function(void **out, void *m, const char *name) {
     if (!m || ((struct module *)m)->dead) return E_INVALID_HANDLE;
-    struct func *f = calloc(1, sizeof *f);
+    pthread_mutex_lock(&sim_lock);
+    struct func *f = NULL;
+    for (int i = 0; i < nfuncs && !f; i++)
+        if (funcs[i]->mod->dead) f = funcs[i];
+    if (!f) {
+        f = calloc(1, sizeof *f);
+        if (nfuncs < 1024) funcs[nfuncs++] = f;
+    }
     f->magic = MAGIC_FUNC;
     f->mod = m;
+    snprintf(f->name, sizeof f->name, "%s", name ? name : "");
+    f->guard = !strncmp(f->name, "guarded", 7) || !strncmp(f->name, "unmarked", 8);
     *out = f;
+    pthread_mutex_unlock(&sim_lock);
+    return OK;
+}
+
+static CUresult get_global(uint64_t *p, size_t *bytes, void *h, const char *name) {
+    struct module *m = h;
+    if (!m || m->dead) return E_INVALID_HANDLE;
+    const char *prefix = "xpreempt_guard_";
+    if (!name || strncmp(name, prefix, strlen(prefix)) || strncmp(name + strlen(prefix), "guarded", 7))
+        return E_NOT_FOUND;
+    pthread_mutex_lock(&sim_lock);
+    if (!m->marker) m->marker = alloc_new(4);
+    if (p) *p = m->marker;
+    if (bytes) *bytes = 4;
+    pthread_mutex_unlock(&sim_lock);
     return OK;
 }
 static CUresult unload(void *h, const char *call) {
@@ -48,22 +77,42 @@ static CUresult unload(void *h, const char *call) {
 }
 
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; ENTER("cuModuleLoadData"); return load(m); }
-CUresult cuModuleGetFunction(void **f, void *m, const char *name) { (void)name; ENTER("cuModuleGetFunction"); return get_function(f, m); }
+CUresult cuModuleGetFunction(void **f, void *m, const char *name) { ENTER("cuModuleGetFunction"); return get_function(f, m, name); }
 CUresult cuModuleUnload(void *m) { ENTER_WORK("cuModuleUnload"); return unload(m, "cuModuleUnload"); }
 CUresult cuLibraryLoadData(void **lib, const void *code, void *jo, void **jv, unsigned nj, void *lo, void **lv, unsigned nl) {
     (void)code, (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
     ENTER("cuLibraryLoadData");
     return load(lib);
 }
-CUresult cuLibraryGetKernel(void **k, void *lib, const char *name) { (void)name; ENTER("cuLibraryGetKernel"); return get_function(k, lib); }
+CUresult cuLibraryGetKernel(void **k, void *lib, const char *name) { ENTER("cuLibraryGetKernel"); return get_function(k, lib, name); }
+CUresult cuModuleGetGlobal_v2(uint64_t *p, size_t *bytes, void *m, const char *name) { ENTER("cuModuleGetGlobal"); return get_global(p, bytes, m, name); }
+CUresult cuLibraryGetGlobal(uint64_t *p, size_t *bytes, void *lib, const char *name) { ENTER("cuLibraryGetGlobal"); return get_global(p, bytes, lib, name); }
+
+/* Modules and libraries are one kind here: a CUfunction and a CUkernel answer both queries. */
+static CUresult get_name(const char **name, void *h) {
+    struct func *f = h;
+    if (!f || f->magic != MAGIC_FUNC || f->mod->dead) return E_INVALID_HANDLE;
+    *name = f->name;
+    return OK;
+}
+static CUresult get_owner(void **owner, void *h) {
+    struct func *f = h;
+    if (!f || f->magic != MAGIC_FUNC || f->mod->dead) return E_INVALID_HANDLE;
+    *owner = f->mod;
+    return OK;
+}
+CUresult cuFuncGetName(const char **name, void *f) { ENTER("cuFuncGetName"); return get_name(name, f); }
+CUresult cuKernelGetName(const char **name, void *k) { ENTER("cuKernelGetName"); return get_name(name, k); }
+CUresult cuFuncGetModule(void **m, void *f) { ENTER("cuFuncGetModule"); return get_owner(m, f); }
+CUresult cuKernelGetLibrary(void **lib, void *k) { ENTER("cuKernelGetLibrary"); return get_owner(lib, k); }
 CUresult cuLibraryUnload(void *lib) { ENTER_WORK("cuLibraryUnload"); return unload(lib, "cuLibraryUnload"); }
 
 static CUresult param_info(void *h, size_t i, size_t *off, size_t *size) {
     struct func *f = h;
     if (!f || f->magic != MAGIC_FUNC || f->mod->dead) return E_INVALID_HANDLE;
-    if (i >= 4) return E_INVALID_VALUE;
+    if (i >= (size_t)(f->guard ? 7 : 4)) return E_INVALID_VALUE;
     *off = 8 * i;
-    *size = 8;
+    *size = f->guard && i == 2 ? 4 : 8;
     return OK;
 }
 CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *off, size_t *size) { ENTER("cuFuncGetParamInfo"); return param_info(f, i, off, size); }
@@ -75,14 +124,22 @@ struct args {
     long id, dur_us;
     unsigned long flags;
     uint64_t ptr;
+    uint64_t gflag, gdone;
+    unsigned epoch;
 };
 
-static int read_args(void **params, void **extra, struct args *a) {
+static int read_args(struct func *f, void **params, void **extra, struct args *a) {
+    int g = f->guard ? 3 : 0;
     if (params) {
-        a->id = *(long *)params[0];
-        a->dur_us = *(long *)params[1];
-        a->flags = *(unsigned long *)params[2];
-        a->ptr = *(uint64_t *)params[3];
+        if (g) {
+            a->gflag = *(uint64_t *)params[0];
+            a->gdone = *(uint64_t *)params[1];
+            a->epoch = *(unsigned *)params[2];
+        }
+        a->id = *(long *)params[g];
+        a->dur_us = *(long *)params[g + 1];
+        a->flags = *(unsigned long *)params[g + 2];
+        a->ptr = *(uint64_t *)params[g + 3];
         return 1;
     }
     const long *buf = NULL;
@@ -91,23 +148,27 @@ static int read_args(void **params, void **extra, struct args *a) {
         if ((uintptr_t)extra[i] == 1) buf = extra[i + 1];
         if ((uintptr_t)extra[i] == 2) size = *(size_t *)extra[i + 1];
     }
-    if (!buf || size < 32) return 0;
+    if (!buf || size < (size_t)(32 + 8 * g)) return 0;
+    if (g) a->gflag = (uint64_t)buf[0], a->gdone = (uint64_t)buf[1], a->epoch = *(const unsigned *)&buf[2];
+    buf += g;
     a->id = buf[0], a->dur_us = buf[1], a->flags = (unsigned long)buf[2], a->ptr = (uint64_t)buf[3];
     return 1;
 }
 
-static struct cmd *kernel_cmd(struct func *f, const struct args *a) {
+static struct cmd *kernel_cmd(struct func *f, const struct args *a, long blocks) {
     struct cmd *c = cmd_new(C_KERNEL);
     c->fn = f, c->id = a->id, c->dur_us = a->dur_us, c->flags = (unsigned)a->flags, c->ptr = a->ptr;
+    c->guard = f->guard, c->gflag = a->gflag, c->gdone = a->gdone, c->epoch = a->epoch;
+    c->blocks = blocks;
     return c;
 }
 
-static CUresult launch(void *fh, void *h, void **params, void **extra, int ptsz) {
+static CUresult launch(void *fh, void *h, void **params, void **extra, int ptsz, long blocks) {
     ENTER_WORK("cuLaunchKernel");
     struct func *f = fh;
-    struct args a;
+    struct args a = {0};
     if (!f || f->magic != MAGIC_FUNC) return E_INVALID_HANDLE;
-    if (!read_args(params, extra, &a)) return E_INVALID_VALUE;
+    if (!read_args(f, params, extra, &a)) return E_INVALID_VALUE;
     pthread_mutex_lock(&sim_lock);
     CUresult r = OK;
     struct stream *s = resolve(h, ptsz, &r);
@@ -121,12 +182,19 @@ static CUresult launch(void *fh, void *h, void **params, void **extra, int ptsz)
     } else if (a.flags & F_REFUSE) {
         sim_log("refused id=%ld", a.id);
         r = E_LAUNCH_OUT_OF_RESOURCES;
-    } else if (a.ptr && !alloc_live(a.ptr)) {
-        sim_log("violation kernel %ld launched with freed device memory", a.id);
+    } else if ((long)a.gflag == POISON || (long)a.gdone == POISON) {
+        sim_log("violation a guarded kernel was launched with arguments overwritten after the launch call");
+        r = E_INVALID_VALUE;
+    } else if ((a.ptr && !alloc_live(a.ptr)) || (a.gflag && !alloc_live(a.gflag)) ||
+               (a.gdone && !alloc_live(a.gdone + 4 * (uint64_t)(blocks - 1)))) {
+        sim_log("violation kernel %ld launched with freed or foreign device memory", a.id);
+        r = E_INVALID_VALUE;
+    } else if ((a.gflag || a.gdone) && !a.epoch) {
+        sim_log("violation kernel %ld launched with guard values and epoch 0", a.id);
         r = E_INVALID_VALUE;
     } else if (s->capturing) {
         struct graph *g = s->graph;
-        if (g->n < 256) g->nodes[g->n++] = kernel_cmd(f, &a);
+        if (g->n < 256) g->nodes[g->n++] = kernel_cmd(f, &a, blocks);
         sim_log("captured stream=%d id=%ld", s->id, a.id);
     } else {
         struct stream *t = implicit_capture(s);
@@ -135,7 +203,7 @@ static CUresult launch(void *fh, void *h, void **params, void **extra, int ptsz)
             sim_log("capture-error cuLaunchKernel");
             r = E_CAPTURE_IMPLICIT;
         } else {
-            enqueue(s, kernel_cmd(f, &a));
+            enqueue(s, kernel_cmd(f, &a, blocks));
         }
     }
 out:
@@ -145,30 +213,34 @@ out:
 
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned smem, void *s, void **params, void **extra) {
-    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem;
-    return launch(f, s, params, extra, 0);
+    (void)bx, (void)by, (void)bz, (void)smem;
+    return launch(f, s, params, extra, 0, (long)gx * gy * gz);
 }
 CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                              unsigned smem, void *s, void **params, void **extra) {
-    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem;
-    return launch(f, s, params, extra, 1);
+    (void)bx, (void)by, (void)bz, (void)smem;
+    return launch(f, s, params, extra, 1, (long)gx * gy * gz);
 }
 CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                    unsigned bz, unsigned smem, void *s, void **params) {
-    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem;
-    return launch(f, s, params, NULL, 0);
+    (void)bx, (void)by, (void)bz, (void)smem;
+    return launch(f, s, params, NULL, 0, (long)gx * gy * gz);
 }
 CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                         unsigned bz, unsigned smem, void *s, void **params) {
-    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem;
-    return launch(f, s, params, NULL, 1);
+    (void)bx, (void)by, (void)bz, (void)smem;
+    return launch(f, s, params, NULL, 1, (long)gx * gy * gz);
 }
 /* CUlaunchConfig: grid and block (6 x 4 bytes), shared memory (4), stream at byte 32. */
+static long config_blocks(const void *config) {
+    const unsigned *d = config;
+    return (long)d[0] * d[1] * d[2];
+}
 CUresult cuLaunchKernelEx(const void *config, void *f, void **params, void **extra) {
-    return launch(f, *(void *const *)((const char *)config + 32), params, extra, 0);
+    return launch(f, *(void *const *)((const char *)config + 32), params, extra, 0, config_blocks(config));
 }
 CUresult cuLaunchKernelEx_ptsz(const void *config, void *f, void **params, void **extra) {
-    return launch(f, *(void *const *)((const char *)config + 32), params, extra, 1);
+    return launch(f, *(void *const *)((const char *)config + 32), params, extra, 1, config_blocks(config));
 }
 
 /* ---- stream capture and graphs ---- */
@@ -233,6 +305,8 @@ static CUresult graph_launch(void *eh, void *h, int ptsz) {
             struct cmd *c = cmd_new(C_KERNEL), *node = e->g->nodes[i];
             c->fn = node->fn, c->id = node->id, c->dur_us = node->dur_us, c->flags = node->flags;
             c->ptr = node->ptr, c->graph = number;
+            c->guard = node->guard, c->gflag = node->gflag, c->gdone = node->gdone, c->epoch = node->epoch;
+            c->blocks = node->blocks;
             enqueue(s, c);
         }
     }

@@ -18,7 +18,17 @@
  *   capture-begin/-end, captured, capture-error CALL   (stream capture)
  *   free, unload, ctx-destroyed, stream-destroyed       (the synchronous calls)
  *   child CALL, late CALL, exit cmds=N   (calls in a forked child, after exit; the exit handler)
- * Kinds: K kernel, C copy, S memset, R event record, W event wait, H host function. */
+ * Kinds: K kernel, C copy, S memset, R event record, W event wait, H host function.
+ *
+ * Guard-built kernels (xpreempt_guard.cuh, Lv2): a function whose name starts with "guarded" or
+ * "unmarked" takes the guard's three parameters first (flag pointer, completion-array pointer,
+ * epoch: offsets 0, 8, 16) and then the usual four; a module has the marker global
+ * xpreempt_guard_<name> only for the "guarded" ones. Such a kernel runs its blocks one after the
+ * other, each for the kernel's microseconds: a block that begins while the flag word is nonzero
+ * ends the run ("stopped"); a block whose completion word equals the epoch is skipped; a block
+ * that runs adds one to its counter (a u32 per block at the kernel's pointer) and writes the
+ * epoch to its completion word. A null flag never stops, a null array records nothing. Their done
+ * lines add guard=0|1 (guard values given) epoch=E stopped=0|1 ran=R (blocks run). */
 #ifndef SIM_H
 #define SIM_H
 
@@ -66,11 +76,14 @@ struct ctx {
 
 struct module {
     int id, dead;
+    uint64_t marker; /* the marker global (one per module, any "guarded" name) */
 };
 
 struct func {
     uint32_t magic;
     struct module *mod;
+    char name[64];
+    int guard; /* takes the guard's parameters */
 };
 
 struct event {
@@ -100,6 +113,11 @@ struct cmd {
     int ndeps;
     long start, end;
     double deadline;
+    /* A guard-built kernel: its guard values, blocks, progress. */
+    int guard, stopped, in_block;
+    uint64_t gflag, gdone;
+    unsigned epoch;
+    long blocks, block, ran;
     struct cmd *next;
 };
 

@@ -1,0 +1,434 @@
+//! Lv2 for intercepted streams (`XPREEMPT_LEVEL=2`): block-level preemption of the application's
+//! guard-built kernels (`xpreempt_guard.cuh`, recognized by `guard`), with the rules of the CUDA
+//! backend's `CudaQueue` and its bookkeeping (`xpreempt_hal::lv2`).
+//!
+//! Each queue gets, at its first guarded launch, a flag word and a completion array in device
+//! memory (through the shim's own libcuda table) and a control stream of the highest priority.
+//! A guarded launch gets the flag, a completion slot of the array and an epoch as its three guard
+//! parameters. `deactivate` sets the flag from the control stream when the in-flight window ends
+//! in guarded kernels (`flag_is_safe`): blocks that start afterwards exit at once, and the
+//! completion watermark freezes (events recorded behind a stopped kernel fire without its work).
+//! Otherwise (an unguarded command behind a guarded kernel: a launch of a plain kernel, or a
+//! call that went to the driver directly, noted by [`StreamHal::admit_direct`]) the suspension
+//! drains as at Lv1. `reactivate` clears the flag behind the stop, makes the stream wait for the
+//! clear and relaunches the stopped kernels with their slots and epochs: finished blocks skip
+//! themselves, so every block runs once. A reactivate that fails part-way resumes where it
+//! stopped (`Relaunch`).
+//!
+//! While the flag is set, nothing else may reach the stream or wait on it: every call that
+//! bypasses the queue first waits in [`StreamHal::admit_direct`] (through
+//! `StreamQueue::wait_launched`) until the stopped kernels run again, as it waits for a pending
+//! buffer.
+
+use super::driver::{self, CtxGuard, Handle, STREAM_NON_BLOCKING, SUCCESS};
+use super::hal::{Deferred, GuardValues, State, StreamHal, backend};
+use std::sync::atomic::{AtomicU64, Ordering};
+use xpreempt_hal::HalError;
+use xpreempt_hal::lv2::{Flight, Relaunch, flag_is_safe, relaunch_stopped};
+use xpreempt_types::{Launched, Seq};
+
+/// Completion words per slot: the most blocks a guarded launch may have and still be stoppable
+/// (a larger grid runs as a plain kernel: placeholders, never stopped).
+pub const UNITS: u32 = 1 << 16;
+/// Most completion slots of one queue (a launch that finds its slot still held by a kernel in
+/// flight runs as a plain kernel).
+const MAX_SLOTS: u32 = 64;
+
+/// The guard values of a launch that must not be stopped: the header's placeholders.
+pub const PLACEHOLDERS: GuardValues = [0, 0, 0];
+
+/// Launches that got guard values (a completion slot) in this process.
+static GUARDED: AtomicU64 = AtomicU64::new(0);
+/// Relaunches of stopped guarded kernels.
+static RELAUNCHED: AtomicU64 = AtomicU64::new(0);
+
+/// How many launches of guard-built kernels got their guard parameters filled in (Lv2).
+#[unsafe(no_mangle)]
+pub extern "C" fn xpreempt_shim_cuda_guarded() -> u64 {
+    GUARDED.load(Ordering::Relaxed)
+}
+
+/// How many times a stopped guarded kernel was launched again after a resume.
+#[unsafe(no_mangle)]
+pub extern "C" fn xpreempt_shim_cuda_relaunched() -> u64 {
+    RELAUNCHED.load(Ordering::Relaxed)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    Running,
+    /// Flag set; completion frozen. Stays so until a reactivate has relaunched every stopped
+    /// kernel.
+    Flagged,
+    /// Not safe (or nothing) to flag: the window drains as at Lv1.
+    Draining,
+}
+
+/// The device side of a queue's Lv2, made at its first guarded launch.
+struct Resources {
+    control: Handle,
+    flag: u64,
+    done: u64,
+    clear_event: Handle,
+}
+
+pub struct Lv2State {
+    pub flight: Flight,
+    pub stop: Stop,
+    relaunch: Relaunch,
+    stop_event: Option<Handle>,
+    res: Option<Resources>,
+    /// Making the resources failed: guarded kernels run as plain ones on this queue.
+    failed: bool,
+    slots: u32,
+    next_slot: u32,
+    epoch: u32,
+    /// Bumped by every flagged stop: an event a poller picked before it proves nothing now.
+    pub generation: u64,
+}
+
+impl Lv2State {
+    /// `threshold`: the queue's window (a slot per command in flight, and one more).
+    pub fn new(threshold: u32) -> Self {
+        let slots = threshold.saturating_add(1).min(MAX_SLOTS);
+        Self {
+            flight: Flight::new(slots, 16),
+            stop: Stop::Running,
+            relaunch: Relaunch::default(),
+            stop_event: None,
+            res: None,
+            failed: false,
+            slots,
+            next_slot: 0,
+            epoch: 0,
+            generation: 0,
+        }
+    }
+}
+
+fn ok(op: &'static str, r: u32) -> Result<(), HalError> {
+    if r == SUCCESS {
+        Ok(())
+    } else {
+        Err(backend(op, r))
+    }
+}
+
+fn make_resources(slots: u32) -> Result<Resources, u32> {
+    let (mut least, mut greatest) = (0i32, 0i32);
+    if driver::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) != SUCCESS {
+        greatest = 0;
+    }
+    let mut r = Resources {
+        control: std::ptr::null_mut(),
+        flag: 0,
+        done: 0,
+        clear_event: std::ptr::null_mut(),
+    };
+    let words = slots as usize * UNITS as usize;
+    let made = (|| {
+        let check = |e| if e == SUCCESS { Ok(()) } else { Err(e) };
+        check(driver::cuStreamCreateWithPriority(
+            &mut r.control,
+            STREAM_NON_BLOCKING,
+            greatest,
+        ))?;
+        check(driver::cuMemAlloc_v2(&mut r.flag, 4))?;
+        check(driver::cuMemAlloc_v2(&mut r.done, words * 4))?;
+        check(driver::cuMemsetD32Async(r.flag, 0, 1, r.control))?;
+        check(driver::cuMemsetD32Async(r.done, 0, words, r.control))?;
+        check(driver::cuStreamSynchronize(r.control))?;
+        r.clear_event = driver::new_event()?;
+        Ok(())
+    })();
+    match made {
+        Ok(()) => Ok(r),
+        Err(e) => {
+            free_resources(&r);
+            Err(e)
+        }
+    }
+}
+
+fn free_resources(r: &Resources) {
+    if !r.control.is_null() {
+        driver::cuStreamSynchronize(r.control);
+        driver::cuStreamDestroy_v2(r.control);
+    }
+    for p in [r.flag, r.done] {
+        if p != 0 {
+            driver::cuMemFree_v2(p);
+        }
+    }
+    if !r.clear_event.is_null() {
+        driver::cuEventDestroy_v2(r.clear_event);
+    }
+}
+
+impl StreamHal {
+    /// The guard values of guarded launch `d` (lock held, context current): its slot and epoch,
+    /// assigned at its first launch and kept for relaunches; the placeholders when it cannot be
+    /// stopped here (no resources, too many blocks, its slot still held).
+    pub(super) fn guard_values(&self, g: &mut State, d: &mut Deferred) -> GuardValues {
+        if let Some((slot, epoch)) = d.slot {
+            return g.lv2.values(slot, epoch).unwrap_or(PLACEHOLDERS);
+        }
+        if !self.lv2() || d.units == 0 || d.units > UNITS || !self.ensure_resources(g) {
+            return PLACEHOLDERS;
+        }
+        let done = g.completed;
+        let l = &mut g.lv2;
+        l.flight.retire_below(done);
+        let slot = l.next_slot;
+        if l.flight.slot_busy(slot) {
+            return PLACEHOLDERS;
+        }
+        l.next_slot = (slot + 1) % l.slots;
+        l.epoch = l.epoch.wrapping_add(1).max(1);
+        d.slot = Some((slot, l.epoch));
+        GUARDED.fetch_add(1, Ordering::Relaxed);
+        l.values(slot, l.epoch).unwrap_or(PLACEHOLDERS)
+    }
+
+    fn ensure_resources(&self, g: &mut State) -> bool {
+        if g.lv2.res.is_none() && !g.lv2.failed {
+            match make_resources(g.lv2.slots) {
+                Ok(r) => g.lv2.res = Some(r),
+                Err(e) => {
+                    shim_log!(
+                        "Lv2 flag and completion array: CUDA error {e}; guarded kernels run unstoppable"
+                    );
+                    g.lv2.failed = true;
+                }
+            }
+        }
+        g.lv2.res.is_some()
+    }
+
+    /// Whether the flag is set or a guarded kernel is in flight (read without the lock).
+    pub fn lv2_busy(&self) -> bool {
+        self.lv2_busy.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn note_busy(&self, g: &State) {
+        let busy = g.lv2.stop == Stop::Flagged || g.lv2.flight.has_guarded();
+        self.lv2_busy.store(busy, Ordering::SeqCst);
+    }
+
+    /// Stopped guarded kernels wait for their relaunch (a stream query says not ready).
+    pub fn lv2_stopped(&self) -> bool {
+        self.lv2() && self.lock().lv2.stop == Stop::Flagged
+    }
+
+    /// Before a call that reaches this stream's hardware queue without the queue (a copy, a
+    /// record, a wait, a synchronize, or work CUDA orders behind this stream): `false` while
+    /// the flag holds stopped kernels (the caller waits and asks again); else the call is
+    /// noted behind the guarded kernels in flight, so that a suspension until it completes
+    /// drains instead of stopping them.
+    pub fn admit_direct(&self) -> bool {
+        if !self.lv2() {
+            return true;
+        }
+        let mut g = self.lock();
+        if g.retired {
+            return true;
+        }
+        if g.lv2.stop == Stop::Flagged {
+            return false;
+        }
+        let done = g.completed;
+        g.lv2.flight.retire_below(done);
+        if let Some((seq, Some(_))) = g.lv2.flight.last() {
+            g.lv2.flight.push(seq, None);
+        }
+        self.note_busy(&g);
+        true
+    }
+
+    /// Before a synchronize of this stream (the application's): `None` while the flag holds
+    /// stopped kernels (the caller waits and asks again); else the Lv2 generation, for
+    /// [`StreamHal::stopped_since`]. A synchronize adds no work behind the guarded kernels, so
+    /// unlike [`StreamHal::admit_direct`] it does not keep them from being stopped.
+    pub fn admit_sync(&self) -> Option<u64> {
+        let g = self.lock();
+        (g.lv2.stop != Stop::Flagged).then_some(g.lv2.generation)
+    }
+
+    /// Whether the flag stopped kernels since [`StreamHal::admit_sync`] said `generation`: a
+    /// synchronize that returned meanwhile saw them end early and must wait again.
+    pub fn stopped_since(&self, generation: u64) -> bool {
+        let g = self.lock();
+        g.lv2.stop == Stop::Flagged || g.lv2.generation != generation
+    }
+
+    pub(super) fn lv2_deactivate(&self) -> Result<(), HalError> {
+        let _ctx = CtxGuard::enter(self.ctx);
+        let mut g = self.lock();
+        if g.lv2.stop == Stop::Flagged {
+            return Ok(()); // already stopped (a reactivate has not finished yet)
+        }
+        if g.retired {
+            g.lv2.stop = Stop::Draining;
+            return Ok(());
+        }
+        let done = g.completed;
+        g.lv2.flight.retire_below(done);
+        // The stop event first: if it fails, nothing has changed. It covers everything launched
+        // so far; the flag only makes that end sooner.
+        let ev = match g.lv2.stop_event {
+            Some(ev) => ev,
+            None => {
+                let ev = driver::new_event().map_err(|e| backend("cuEventCreate", e))?;
+                g.lv2.stop_event = Some(ev);
+                ev
+            }
+        };
+        ok("cuEventRecord", driver::cuEventRecord(ev, self.stream))?;
+        let flag = match &g.lv2.res {
+            Some(r) if flag_is_safe(g.lv2.flight.slots()) => Some((r.flag, r.control)),
+            _ => None,
+        };
+        if let Some((word, control)) = flag {
+            // The control stream is FIFO: this set lands after any earlier clear.
+            ok(
+                "cuMemsetD32Async",
+                driver::cuMemsetD32Async(word, 1, 1, control),
+            )?;
+            g.lv2.stop = Stop::Flagged;
+            g.lv2.relaunch = Relaunch::default();
+            g.lv2.generation += 1;
+        } else {
+            g.lv2.stop = Stop::Draining;
+        }
+        self.note_busy(&g);
+        Ok(())
+    }
+
+    pub(super) fn lv2_reactivate(&self, log: &mut [Launched<Deferred>]) -> Result<(), HalError> {
+        let _ctx = CtxGuard::enter(self.ctx);
+        let mut g = self.lock();
+        if g.lv2.stop != Stop::Flagged || g.retired {
+            g.lv2.stop = Stop::Running;
+            self.note_busy(&g);
+            return Ok(());
+        }
+        if !g.lv2.relaunch.cleared {
+            self.clear_flag(&mut g)?;
+        }
+        // Any error below leaves the queue Flagged (watermark frozen) with `relaunch.next` at the
+        // first entry not dealt with.
+        let mut next = g.lv2.relaunch.next;
+        let walked = relaunch_stopped(
+            log,
+            &mut next,
+            |d: &Deferred| d.slot.is_some(),
+            |seq, d| self.relaunch_one(&mut g, seq, d),
+        );
+        g.lv2.relaunch.next = next;
+        walked?;
+        if let Some(last) = log.last() {
+            let tail = last.seq + 1;
+            if g.sync.back().map(|&(m, _)| m) != Some(tail)
+                && tail > g.completed
+                && let Err(e) = self.record(&mut g, tail)
+            {
+                shim_log!("no sync event after a relaunch ({e}); completion shows later");
+            }
+        }
+        g.lv2.stop = Stop::Running;
+        g.lv2.relaunch = Relaunch::default();
+        self.note_busy(&g);
+        Ok(())
+    }
+
+    /// Clears the flag on the control stream once every stopped block has exited (the stop
+    /// event), so that a later set (same stream, FIFO) is never overtaken by this clear; the
+    /// queue's stream waits for the clear before the relaunch. Repeating it is harmless.
+    fn clear_flag(&self, g: &mut State) -> Result<(), HalError> {
+        let (Some(r), Some(stop)) = (&g.lv2.res, g.lv2.stop_event) else {
+            return Err(backend("reactivate", driver::ERROR_INVALID_VALUE));
+        };
+        ok(
+            "cuStreamWaitEvent",
+            driver::cuStreamWaitEvent(r.control, stop, 0),
+        )?;
+        ok(
+            "cuMemsetD32Async",
+            driver::cuMemsetD32Async(r.flag, 0, 1, r.control),
+        )?;
+        ok(
+            "cuEventRecord",
+            driver::cuEventRecord(r.clear_event, r.control),
+        )?;
+        ok(
+            "cuStreamWaitEvent",
+            driver::cuStreamWaitEvent(self.stream, r.clear_event, 0),
+        )?;
+        // Events recorded behind the stop prove nothing now (pollers of one learn it from the
+        // generation).
+        while let Some((_, ev)) = g.sync.pop_front() {
+            g.free.push(ev);
+        }
+        g.lv2.flight.clear();
+        g.lv2.relaunch = Relaunch {
+            cleared: true,
+            next: g.completed,
+        };
+        Ok(())
+    }
+
+    /// Relaunches one stopped kernel (`Some`) or notes an entry that was not stopped (`None`).
+    /// Fails only when the driver refused the launch.
+    fn relaunch_one(
+        &self,
+        g: &mut State,
+        seq: Seq,
+        d: Option<&mut Deferred>,
+    ) -> Result<(), HalError> {
+        let Some(d) = d else {
+            g.lv2.flight.push(seq, None);
+            return Ok(());
+        };
+        let values = self.guard_values(g, d);
+        ok("relaunch", d.call(Some(&values)))?;
+        RELAUNCHED.fetch_add(1, Ordering::Relaxed);
+        g.lv2.flight.push(seq, d.slot.map(|(s, _)| s));
+        if let Err(e) = self.record(g, seq + 1) {
+            shim_log!("sync point after a relaunch: {e}");
+        }
+        Ok(())
+    }
+
+    pub(super) fn lv2_settled(&self) -> bool {
+        let g = self.lock();
+        match g.lv2.stop {
+            Stop::Running => true,
+            Stop::Flagged | Stop::Draining => {
+                g.retired
+                    || g.lv2
+                        .stop_event
+                        .is_none_or(|ev| driver::cuEventQuery(ev) == SUCCESS)
+            }
+        }
+    }
+
+    /// At retirement (lock held, context current): the stream's work completes first, since its
+    /// guarded kernels use the flag and the completion array.
+    pub(super) fn lv2_release(&self, g: &mut State) {
+        if let Some(ev) = g.lv2.stop_event.take() {
+            driver::cuEventDestroy_v2(ev);
+        }
+        if let Some(r) = g.lv2.res.take() {
+            driver::cuStreamSynchronize(self.stream);
+            free_resources(&r);
+        }
+    }
+}
+
+impl Lv2State {
+    fn values(&self, slot: u32, epoch: u32) -> Option<GuardValues> {
+        let r = self.res.as_ref()?;
+        let done = r.done + u64::from(slot) * u64::from(UNITS) * 4;
+        Some([r.flag, done, u64::from(epoch)])
+    }
+}

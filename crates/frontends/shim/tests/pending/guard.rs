@@ -1,0 +1,250 @@
+//! Lv2 for guard-built kernels of an unmodified application (`XPREEMPT_LEVEL=2`): the simulated
+//! driver models their blocks (each checks the flag word when it begins, skips itself when its
+//! completion word holds the launch's epoch, and counts its runs), and the application launches
+//! them with the guard header's placeholders. Checked: the shim fills in the guard parameters of
+//! marked kernels only (never natively, at Lv1 or for a kernel without a marker); a suspension
+//! stops a kernel between blocks and the resume relaunches exactly its missing blocks; every
+//! block runs once and the stream's order holds under random suspensions; a copy behind a guarded
+//! kernel makes the suspension drain instead; an unload forgets which handles are guarded.
+
+use crate::harness::{
+    Config, GuardRuns, Log, Outcome, Proc, build, chaos, defaults, lv2, native, pass_through, run,
+    window1,
+};
+use crate::suspended::{PATIENCE, held, holding, under_daemon};
+use std::time::{Duration, Instant};
+use xpreempt_ipc::operator::Operator;
+
+const ROUNDS: i64 = 12;
+const BLOCKS: u64 = 8;
+
+/// The ids of `guard-basic`, in stream order, and which are guard-built with a marker.
+fn basic_ids() -> Vec<(i64, Kind)> {
+    let mut v = Vec::new();
+    for r in 1..=ROUNDS {
+        let id = 1000 * r;
+        v.extend([
+            (id + 1, Kind::Marked),
+            (id + 2, Kind::Plain),
+            (id + 3, Kind::Marked),
+            (id + 4, Kind::Marked),
+            (id + 5, Kind::Unmarked),
+        ]);
+    }
+    v
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Kind {
+    Marked,
+    Unmarked,
+    Plain,
+}
+
+fn guard_runs<'a>(log: &'a Log, id: i64, label: &str) -> &'a GuardRuns {
+    log.guarded
+        .get(&id)
+        .unwrap_or_else(|| panic!("{label}: guarded kernel {id} never ran"))
+}
+
+/// Every block of every guard-built kernel ran once over its runs; one epoch per kernel.
+fn assert_each_block_once(o: &Outcome, ids: &[(i64, Kind)]) {
+    for &(id, kind) in ids {
+        if kind == Kind::Plain {
+            continue;
+        }
+        let r = guard_runs(&o.log, id, &o.label);
+        assert_eq!(
+            r.ran,
+            BLOCKS,
+            "{}: kernel {id} ran {} blocks over its runs {r:?} (log {})",
+            o.label,
+            r.ran,
+            o.log.path.display()
+        );
+        assert_eq!(r.epochs.len(), 1, "{}: kernel {id}: {r:?}", o.label);
+    }
+}
+
+/// The counters the application printed: (guarded launches, relaunches).
+fn counters(o: &Outcome) -> (u64, u64) {
+    let line = o
+        .stdout
+        .iter()
+        .find_map(|l| l.strip_prefix("@guard "))
+        .unwrap_or_else(|| panic!("{}: no @guard line in {:?}", o.label, o.stdout));
+    let get = |name: &str| -> u64 {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    (get("guarded="), get("relaunched="))
+}
+
+#[test]
+fn guarded_kernels_run_every_block_once_in_order_at_every_level() {
+    let ids = basic_ids();
+    let order: Vec<i64> = ids.iter().map(|&(id, _)| id).collect();
+    let configs: Vec<(Config, bool)> = vec![
+        (native(), false),
+        (pass_through(), false),
+        (defaults(), false),
+        (lv2(pass_through()), false),
+        (lv2(defaults()), true),
+        (lv2(window1()), true),
+        (lv2(chaos(1)), true),
+        (lv2(chaos(2)), true),
+        (lv2(chaos(3)), true),
+    ];
+    let (mut stopped_midway, mut relaunched) = (0, 0);
+    for (config, filled) in &configs {
+        let o = run("guard-basic", config);
+        assert_each_block_once(&o, &ids);
+        o.log.assert_in_order(&order);
+        let (guarded, re) = counters(&o);
+        for &(id, kind) in &ids {
+            if kind == Kind::Plain {
+                continue;
+            }
+            let r = guard_runs(&o.log, id, &o.label);
+            if kind == Kind::Unmarked || !filled {
+                assert_eq!(
+                    (r.with_guard, r.runs),
+                    (0, 1),
+                    "{}: kernel {id} ({kind:?}) got guard values or ran again: {r:?}",
+                    o.label
+                );
+            }
+        }
+        let with_guard: usize = ids
+            .iter()
+            .filter(|&&(_, k)| k == Kind::Marked)
+            .map(|&(id, _)| guard_runs(&o.log, id, &o.label).with_guard)
+            .sum();
+        if *filled {
+            assert!(
+                guarded > 0 && with_guard > 0,
+                "{}: no guarded kernel got its guard values",
+                o.label
+            );
+        } else {
+            assert_eq!((guarded, re, with_guard), (0, 0, 0), "{}", o.label);
+        }
+        if config.name.starts_with("chaos") {
+            stopped_midway += ids
+                .iter()
+                .map(|&(id, _)| o.log.guarded.get(&id).map_or(0, |r| r.stopped_midway))
+                .sum::<usize>();
+            relaunched += re;
+        }
+    }
+    assert!(
+        stopped_midway > 0 && relaunched > 0,
+        "random suspensions never stopped a guarded kernel between its blocks ({stopped_midway} \
+         stopped, {relaunched} relaunched): the relaunch was not tested"
+    );
+}
+
+#[test]
+fn an_unload_forgets_which_kernel_handles_are_guarded() {
+    for config in [native(), lv2(defaults())] {
+        let o = run("guard-unload", &config);
+        let r = guard_runs(&o.log, 301, &o.label);
+        let want = usize::from(config.queued);
+        assert_eq!(
+            (r.with_guard, counters(&o).0),
+            (want, want as u64),
+            "{}: {r:?}",
+            o.label
+        );
+        o.log.assert_in_order(&[301, 302]);
+    }
+}
+
+/// A daemon; a low-priority process at Lv2 with a long guarded kernel running; a high-priority
+/// holder takes the device while the low process checks what it sees; then the holder lets go.
+fn suspended_mid_kernel(tail: bool) -> Outcome {
+    let dir = build()
+        .dir
+        .join(format!("guard-daemon-{}-{tail}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("xpreempt.sock");
+    let mut config = xpreempt_daemon::Config::new(socket.clone());
+    config.watchdog = Duration::from_secs(120);
+    let daemon = xpreempt_daemon::Daemon::start(config).expect("the daemon starts");
+    let tail_env = [("GUARD_TAIL", if tail { "1" } else { "0" })];
+    let mut low = Proc::spawn("guard-suspend", &lv2(under_daemon(&socket, 0)), &tail_env);
+    low.expect("@running");
+    let mut holder = Proc::spawn("hold", &under_daemon(&socket, 10), &[]);
+    holder.expect("@holding");
+    let (low_pid, holder_pid) = (low.child.id(), holder.child.id());
+    let mut op = Operator::connect(&socket).expect("the operator connects");
+    let t = Instant::now();
+    loop {
+        let rows = op.list().expect("list");
+        if holding(&rows, holder_pid) && held(&rows, low_pid) {
+            break;
+        }
+        assert!(
+            t.elapsed() < PATIENCE,
+            "the low process was never suspended: {rows:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    low.send("check");
+    low.expect("@checked");
+    holder.send("release");
+    holder.finish();
+    low.send("finish");
+    let o = low.finish();
+    drop(daemon);
+    o
+}
+
+#[test]
+fn a_suspension_stops_a_guarded_kernel_between_blocks_and_the_resume_runs_the_rest() {
+    let o = suspended_mid_kernel(false);
+    let r = guard_runs(&o.log, 201, &o.label);
+    assert_eq!(r.stopped, 1, "{}: {r:?}", o.label);
+    assert_eq!(
+        r.stopped_midway, 1,
+        "{}: stopped before any block: {r:?}",
+        o.label
+    );
+    assert!(r.runs >= 2 && r.with_guard == r.runs, "{}: {r:?}", o.label);
+    assert_eq!(r.ran, BLOCKS, "{}: {r:?}", o.label);
+    assert_eq!(r.epochs.len(), 1, "{}: {r:?}", o.label);
+    assert!(counters(&o).1 >= 1, "{}: no relaunch counted", o.label);
+    // The plain kernel launched while it was stopped runs after all of its blocks.
+    o.log.assert_before(201, 202);
+}
+
+#[test]
+fn a_copy_behind_a_guarded_kernel_makes_its_suspension_drain() {
+    let o = suspended_mid_kernel(true);
+    let r = guard_runs(&o.log, 201, &o.label);
+    assert_eq!(
+        (r.stopped, r.runs, r.ran),
+        (0, 1, BLOCKS),
+        "{}: {r:?}",
+        o.label
+    );
+    assert_eq!(
+        r.with_guard, 1,
+        "{}: the kernel got no guard values",
+        o.label
+    );
+}
+
+#[test]
+fn the_guard_scenarios_hold_on_the_driver_alone() {
+    let mut p = Proc::spawn("guard-suspend", &native(), &[]);
+    p.expect("@running");
+    p.send("check");
+    p.expect("@checked");
+    p.send("finish");
+    let o = p.finish();
+    let r = guard_runs(&o.log, 201, &o.label);
+    assert_eq!((r.stopped, r.runs, r.ran, r.with_guard), (0, 1, BLOCKS, 0));
+}
