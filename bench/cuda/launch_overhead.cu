@@ -47,12 +47,20 @@ int main(int argc, char **argv) {
   }
 
   // (2) LC requests: 10 kernels of ~5 us, then synchronize.
-  std::vector<double> lat;
+  std::vector<double> lat, at;
   for (int r = 0; r < requests + 100; r++) {
     double t = now_us();
     for (int k = 0; k < 10; k++) spin_kernel<<<4, 128, 0, s>>>(5000);
     cudaStreamSynchronize(s);
-    if (r >= 100) lat.push_back(now_us() - t);
+    if (r >= 100) lat.push_back(now_us() - t), at.push_back(t);
+  }
+  // XP_LAT_DUMP=FILE: every request's start (µs since the first) and latency, to see whether
+  // slow requests cluster in time.
+  if (const char *path = getenv("XP_LAT_DUMP")) {
+    if (FILE *f = fopen(path, "w")) {
+      for (size_t i = 0; i < lat.size(); i++) fprintf(f, "%.1f %.2f\n", at[i] - at[0], lat[i]);
+      fclose(f);
+    }
   }
   cudaError_t e = cudaGetLastError();
   printf("{\"launch_us_p50\": %.3f, \"launch_us_mean\": %.3f, \"request_us_p50\": %.2f, "
