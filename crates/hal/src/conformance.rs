@@ -222,6 +222,12 @@ fn play<T: Target>(
     let mut left = bounds.drain_steps;
     loop {
         for lane in &mut lanes {
+            // Completion becomes observable through `synchronize` (a backend on a virtual
+            // clock answers WouldBlock and shows it as its clock advances).
+            match lane.hal.synchronize(lane.launched) {
+                Ok(()) | Err(HalError::WouldBlock(_)) => {}
+                Err(e) => return Err(hal_failure("synchronize", &e)),
+            }
             lane.observe()?;
         }
         if lanes.iter().all(|l| l.watermark == l.launched) {
