@@ -27,7 +27,8 @@ thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
-fn own_thread() -> bool {
+/// Whether the calling thread is one of the shim's own (watchers, scheduler, agent, chaos).
+pub(super) fn own_thread() -> bool {
     OWN.with(|o| {
         *o.get().get_or_insert_with(|| {
             std::thread::current()

@@ -7,7 +7,7 @@ use super::driver::{self, CUresult, CtxGuard, Handle, SUCCESS};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, Launched, Level, Op, Seq};
 
@@ -142,6 +142,8 @@ pub struct StreamHal {
     /// Set by `retire`: threads polling an event outside the lock stop, so that its events can
     /// be destroyed under nobody's feet.
     gone: AtomicBool,
+    /// Where the application's thread last launched on this stream (`apart`).
+    launcher_cpu: AtomicI32,
     /// Threads polling one of the queue's events outside the lock.
     pollers: AtomicU32,
     /// Pass-through: the application's launches go straight to the driver and the queue's
@@ -173,6 +175,7 @@ impl StreamHal {
             lv2: lv2 && !lv3 && !observe,
             lv2_busy: AtomicBool::new(false),
             gone: AtomicBool::new(false),
+            launcher_cpu: AtomicI32::new(-1),
             pollers: AtomicU32::new(0),
             observer: observe.then(super::observe::Observer::default),
             state: Mutex::new(State {
@@ -393,6 +396,7 @@ impl HwQueue for StreamHal {
             d.call = None;
         }
         if SUBMITTING.with(Cell::get) {
+            super::apart::note_launcher(&self.launcher_cpu);
             LAUNCHED.with(|l| l.set(true));
         }
         if status != SUCCESS {
@@ -446,6 +450,7 @@ impl HwQueue for StreamHal {
 
     fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
         precise_naps();
+        super::apart::step_aside(&self.launcher_cpu);
         if let Some(o) = &self.observer {
             return o.synchronize(self, upto);
         }
