@@ -9,12 +9,13 @@
 //! threads, so a backend keeps its own interior locking (or none, where its driver is
 //! thread-safe).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)] // `placement` alone makes system calls
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod lv2;
 pub mod nvidia;
+pub mod placement;
 #[cfg(feature = "reference")]
 pub mod reference;
 

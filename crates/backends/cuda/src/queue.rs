@@ -13,9 +13,10 @@ use crate::lv2::Relaunch;
 use crate::lv3::Lv3Control;
 use cudarc::driver::sys;
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex, MutexGuard};
 use xpreempt_hal::lv2::Flight;
-use xpreempt_hal::{HalError, HwQueue};
+use xpreempt_hal::{HalError, HwQueue, placement};
 use xpreempt_types::{Command, Launched, Level, Seq};
 
 /// Settings of one CUDA queue.
@@ -104,6 +105,8 @@ pub struct CudaQueue {
     pub(crate) flag_values: PinnedWords,
     pub(crate) done: DeviceBuffer,
     lv3: Option<Arc<Lv3Control>>,
+    /// Where the application's thread last launched (`xpreempt_hal::placement`).
+    launcher_cpu: AtomicI32,
 }
 
 // SAFETY: the mutable state sits in a Mutex (`Inner`, Send above); the rest is set in `new` and
@@ -188,6 +191,7 @@ impl CudaQueue {
             inner: Mutex::new(inner),
             control,
             lv3,
+            launcher_cpu: AtomicI32::new(-1),
         })
     }
 
@@ -443,6 +447,9 @@ impl CudaQueue {
             }
         };
         g.launched = seq + 1;
+        if !placement::is_xpreempt_thread() {
+            placement::note_launcher(&self.launcher_cpu);
+        }
         g.flight.push(seq, slot);
         if let Some(ev) = ev {
             Self::record_taken(&mut g, ev, seq + 1);
@@ -452,6 +459,7 @@ impl CudaQueue {
 
     fn synchronize_inner(&self, upto: Seq) -> Result<()> {
         self.bind()?;
+        placement::step_aside(&self.launcher_cpu);
         loop {
             let (mark, ev, resets) = {
                 let mut g = self.lock();

@@ -21,21 +21,8 @@ static INSIDE: AtomicUsize = AtomicUsize::new(0);
 const PATIENCE: Duration = Duration::from_millis(100);
 
 thread_local! {
-    /// Whether this thread is one of the shim's (they are all named `xpreempt-…`); learnt once.
-    static OWN: Cell<Option<bool>> = const { Cell::new(None) };
     /// Nesting depth of `enter` on this thread.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Whether the calling thread is one of the shim's own (watchers, scheduler, agent, chaos).
-pub(super) fn own_thread() -> bool {
-    OWN.with(|o| {
-        *o.get().get_or_insert_with(|| {
-            std::thread::current()
-                .name()
-                .is_some_and(|n| n.starts_with("xpreempt-"))
-        })
-    })
 }
 
 /// Held by one of the shim's threads while it is inside libcuda.
@@ -44,7 +31,7 @@ pub struct Inside(bool);
 /// Enters libcuda: on the shim's own threads, waits while a fork is under way and keeps the
 /// next one waiting until the returned guard is dropped. Free on the application's threads.
 pub fn enter() -> Inside {
-    if !own_thread() {
+    if !xpreempt_hal::placement::is_xpreempt_thread() {
         return Inside(false);
     }
     if DEPTH.with(|d| d.replace(d.get() + 1)) > 0 {

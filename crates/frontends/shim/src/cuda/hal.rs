@@ -142,7 +142,7 @@ pub struct StreamHal {
     /// Set by `retire`: threads polling an event outside the lock stop, so that its events can
     /// be destroyed under nobody's feet.
     gone: AtomicBool,
-    /// Where the application's thread last launched on this stream (`apart`).
+    /// Where the application's thread last launched on this stream (`xpreempt_hal::placement`).
     launcher_cpu: AtomicI32,
     /// Threads polling one of the queue's events outside the lock.
     pollers: AtomicU32,
@@ -396,7 +396,7 @@ impl HwQueue for StreamHal {
             d.call = None;
         }
         if SUBMITTING.with(Cell::get) {
-            super::apart::note_launcher(&self.launcher_cpu);
+            xpreempt_hal::placement::note_launcher(&self.launcher_cpu);
             LAUNCHED.with(|l| l.set(true));
         }
         if status != SUCCESS {
@@ -450,7 +450,7 @@ impl HwQueue for StreamHal {
 
     fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
         precise_naps();
-        super::apart::step_aside(&self.launcher_cpu);
+        xpreempt_hal::placement::step_aside(&self.launcher_cpu);
         if let Some(o) = &self.observer {
             return o.synchronize(self, upto);
         }

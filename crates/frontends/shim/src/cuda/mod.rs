@@ -8,10 +8,8 @@
 //! - [`observe`]: pass-through mode, where queues only observe; [`lv2`]: guard-built kernels
 //!   stopped by a flag and relaunched ([`guard`] recognizes them); [`lv3`]: the process's timeslice;
 //! - [`settings`], [`chaos`]: what `xpreempt run` asks for; random suspensions for testing.
-//! - [`fork_gate`]: the shim's own threads stay out of libcuda while the application forks;
-//!   [`apart`]: a watcher leaves the CPU of the thread launching on its queue.
+//! - [`fork_gate`]: the shim's own threads stay out of libcuda while the application forks.
 
-mod apart;
 mod chaos;
 pub mod driver;
 mod exports;

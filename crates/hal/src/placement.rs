@@ -1,4 +1,5 @@
-//! Keeps a queue's completion watcher off the CPU of the thread that launches on the queue.
+//! Keeps a queue's completion watcher off the CPU of the thread that launches on the queue
+//! (used by the CUDA backends: the shim's streams and `CudaQueue`).
 //!
 //! The launching thread wakes the watcher when its queue gets work, and Linux tends to place a
 //! woken thread on the waker's CPU; the watcher's short naps then preempt the launching thread
@@ -6,8 +7,26 @@
 //! latency-critical requests lasting several milliseconds. So the watcher looks where it runs
 //! whenever it synchronizes, and moves away when it shares the launcher's CPU.
 
+#![allow(unsafe_code)] // sched_getcpu / sched_{get,set}affinity
+
+use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, Ordering};
+
+/// Whether the calling thread is one of xpreempt's own (completion watchers, scheduler, agent
+/// and test threads are all named `xpreempt-…`); learnt once per thread.
+pub fn is_xpreempt_thread() -> bool {
+    thread_local! {
+        static OWN: Cell<Option<bool>> = const { Cell::new(None) };
+    }
+    OWN.with(|o| {
+        *o.get().get_or_insert_with(|| {
+            std::thread::current()
+                .name()
+                .is_some_and(|n| n.starts_with("xpreempt-"))
+        })
+    })
+}
 
 /// The CPUs the process may use, read once.
 fn allowed() -> Option<&'static libc::cpu_set_t> {
@@ -36,7 +55,7 @@ pub fn note_launcher(cpu: &AtomicI32) {
 /// On the watcher: if it runs where the launcher last ran, it may run anywhere else the process
 /// may (one system call, on the watcher's side). The application's own threads never move.
 pub fn step_aside(launcher: &AtomicI32) {
-    if !super::fork_gate::own_thread() {
+    if !is_xpreempt_thread() {
         return;
     }
     let theirs = launcher.load(Ordering::Relaxed);
