@@ -402,10 +402,15 @@ pub fn before_direct(stream: Handle, ptsz: bool) {
     if let Some(q) = &own {
         q.wait_launched();
     }
-    order_before(stream, ptsz, own.as_deref());
+    order_after_others(stream, ptsz, own.as_deref());
+}
+
+/// What a direct call on `stream` is ordered after, beyond its own queue: `order_before`, and
+/// for a stream without a queue yet that is a context's legacy stream, the context's blocking
+/// streams.
+fn order_after_others(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
+    order_before(stream, ptsz, own);
     if own.is_none() && !is_per_thread(stream, ptsz) {
-        // A stream without a queue yet may still be the legacy stream of a context whose
-        // blocking streams hold work.
         let s = stream as usize;
         if s == 0 || s == STREAM_LEGACY {
             let ctx = driver::current_ctx() as usize;
@@ -432,14 +437,7 @@ pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)
             std::thread::sleep(super::hal::POLL);
         }
     });
-    order_before(stream, ptsz, own.as_deref());
-    if own.is_none() && !is_per_thread(stream, ptsz) {
-        let s = stream as usize;
-        if s == 0 || s == STREAM_LEGACY {
-            let ctx = driver::current_ctx() as usize;
-            drain_where(|o| o.ctx == ctx && !o.non_blocking);
-        }
-    }
+    order_after_others(stream, ptsz, own.as_deref());
     own.zip(seen)
 }
 

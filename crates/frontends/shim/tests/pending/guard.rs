@@ -8,11 +8,9 @@
 //! kernel makes the suspension drain instead; an unload forgets which handles are guarded.
 
 use crate::harness::{
-    Config, GuardRuns, Log, Outcome, Proc, build, chaos, defaults, lv2, native, pass_through, run,
-    window1,
+    Config, GuardRuns, Log, Outcome, Proc, chaos, defaults, lv2, native, pass_through, run, window1,
 };
-use crate::suspended::{PATIENCE, held, holding, under_daemon};
-use std::time::{Duration, Instant};
+use crate::suspended::{private_daemon, under_daemon, wait_until_held};
 use xpreempt_ipc::operator::Operator;
 
 const ROUNDS: i64 = 12;
@@ -165,14 +163,7 @@ fn an_unload_forgets_which_kernel_handles_are_guarded() {
 /// A daemon; a low-priority process at Lv2 with a long guarded kernel running; a high-priority
 /// holder takes the device while the low process checks what it sees; then the holder lets go.
 fn suspended_mid_kernel(tail: bool) -> Outcome {
-    let dir = build()
-        .dir
-        .join(format!("guard-daemon-{}-{tail}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("xpreempt.sock");
-    let mut config = xpreempt_daemon::Config::new(socket.clone());
-    config.watchdog = Duration::from_secs(120);
-    let daemon = xpreempt_daemon::Daemon::start(config).expect("the daemon starts");
+    let (daemon, socket) = private_daemon(&format!("guard-daemon-{tail}"));
     let tail_env = [("GUARD_TAIL", if tail { "1" } else { "0" })];
     let mut low = Proc::spawn("guard-suspend", &lv2(under_daemon(&socket, 0)), &tail_env);
     low.expect("@running");
@@ -180,18 +171,7 @@ fn suspended_mid_kernel(tail: bool) -> Outcome {
     holder.expect("@holding");
     let (low_pid, holder_pid) = (low.child.id(), holder.child.id());
     let mut op = Operator::connect(&socket).expect("the operator connects");
-    let t = Instant::now();
-    loop {
-        let rows = op.list().expect("list");
-        if holding(&rows, holder_pid) && held(&rows, low_pid) {
-            break;
-        }
-        assert!(
-            t.elapsed() < PATIENCE,
-            "the low process was never suspended: {rows:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_held(&mut op, holder_pid, low_pid);
     low.send("check");
     low.expect("@checked");
     holder.send("release");

@@ -7,7 +7,7 @@
 //! for the event waits for the record made behind the buffered launches, not the earlier one.
 
 use crate::harness::{Config, Proc, build, native};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use xpreempt_core::sched::protocol::QueueState;
 use xpreempt_ipc::msg::QueueRow;
@@ -48,6 +48,34 @@ pub(crate) fn holding(rows: &[QueueRow], pid: u32) -> bool {
         .any(|r| r.state == QueueState::Running)
 }
 
+/// A daemon of the test's own on a private socket (named `tag`). A holder's gated kernel makes no
+/// progress on purpose: the watchdog must not step in.
+pub(crate) fn private_daemon(tag: &str) -> (xpreempt_daemon::Daemon, PathBuf) {
+    let dir = build().dir.join(format!("{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("xpreempt.sock");
+    let mut config = xpreempt_daemon::Config::new(socket.clone());
+    config.watchdog = Duration::from_secs(120);
+    let daemon = xpreempt_daemon::Daemon::start(config).expect("the daemon starts");
+    (daemon, socket)
+}
+
+/// Waits until the daemon shows `holder` running and `low` suspended in its own process.
+pub(crate) fn wait_until_held(op: &mut Operator, holder: u32, low: u32) {
+    let t = Instant::now();
+    loop {
+        let rows = op.list().expect("list");
+        if holding(&rows, holder) && held(&rows, low) {
+            return;
+        }
+        assert!(
+            t.elapsed() < PATIENCE,
+            "the low process was never suspended: {rows:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn submitted(log: &Path, id: i64) -> bool {
     std::fs::read_to_string(log)
         .unwrap_or_default()
@@ -57,13 +85,7 @@ fn submitted(log: &Path, id: i64) -> bool {
 
 #[test]
 fn launches_held_by_a_suspension_are_waited_for_without_inversion_or_deadlock() {
-    let dir = build().dir.join(format!("daemon-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("xpreempt.sock");
-    let mut config = xpreempt_daemon::Config::new(socket.clone());
-    // The holder's gated kernel makes no progress on purpose: the watchdog must not step in.
-    config.watchdog = Duration::from_secs(120);
-    let daemon = xpreempt_daemon::Daemon::start(config).expect("the daemon starts");
+    let (daemon, socket) = private_daemon("daemon");
 
     let mut low = Proc::spawn("suspended", &under_daemon(&socket, 0), &[]);
     low.expect("@ready");
@@ -71,18 +93,7 @@ fn launches_held_by_a_suspension_are_waited_for_without_inversion_or_deadlock() 
     holder.expect("@holding");
     let (low_pid, holder_pid) = (low.child.id(), holder.child.id());
     let mut op = Operator::connect(&socket).expect("the operator connects");
-    let t = Instant::now();
-    loop {
-        let rows = op.list().expect("list");
-        if holding(&rows, holder_pid) && held(&rows, low_pid) {
-            break;
-        }
-        assert!(
-            t.elapsed() < PATIENCE,
-            "the low process was never suspended: {rows:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_held(&mut op, holder_pid, low_pid);
 
     low.send("go");
     low.expect("@blocked");
