@@ -441,6 +441,62 @@ fn without_a_hot_window_every_suspension_runs_on_the_reporting_thread() {
     assert!(on.iter().all(|t| t != "xpreempt-preempt"), "{on:?}");
 }
 
+#[test]
+fn a_lingering_high_queue_keeps_the_low_one_stopped_across_a_short_gap_and_then_lets_it_go() {
+    let dev = RefDevice::new();
+    let clock = WallClock::start(&dev);
+    let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
+    let linger = Duration::from_millis(500);
+    let low = queue(
+        &dev,
+        &sched,
+        0,
+        0,
+        QueueConfig::new(4, 2, Level::Lv1).unwrap(),
+    );
+    let high = queue(
+        &dev,
+        &sched,
+        1,
+        10,
+        QueueConfig::new(4, 2, Level::Lv1)
+            .unwrap()
+            .with_idle_linger(linger.as_nanos() as u64),
+    );
+    for _ in 0..BE_KERNELS {
+        low.submit(kernel(1_000_000)).unwrap();
+    }
+    let seq = high.submit(kernel(100_000)).unwrap();
+    high.wait(seq).unwrap();
+    let drained = Instant::now();
+    // A gap shorter than the linger, then more work: the low queue stays stopped throughout.
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        low.is_suspended(),
+        "the low queue ran in the high queue's gap"
+    );
+    let seq = high.submit(kernel(100_000)).unwrap();
+    high.wait(seq).unwrap();
+    let drained_again = Instant::now();
+    assert!(
+        within(|| !low.is_suspended()),
+        "the low queue was never resumed"
+    );
+    assert!(
+        drained_again.elapsed() >= linger,
+        "resumed before the linger ran out"
+    );
+    assert_eq!(
+        low.stats().preemptions,
+        1,
+        "stopped once, not once per burst"
+    );
+    assert!(drained.elapsed() >= linger + Duration::from_millis(50));
+    low.wait_all().unwrap();
+    drop(clock);
+    assert_eq!(low.hal().completed(), BE_KERNELS);
+}
+
 fn within(mut f: impl FnMut() -> bool) -> bool {
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(2) {

@@ -106,7 +106,7 @@ impl<H: HwQueue> QueueControl for BoundQueue<H> {
 
     fn resume(&mut self, now: Nanos) -> Result<Option<QueueReport>, QueueOpError> {
         self.queue.resume(&self.hal, now)?;
-        Ok(self.queue.take_report())
+        Ok(self.queue.take_report(now))
     }
 
     fn set_refused(&mut self, refused: bool) {

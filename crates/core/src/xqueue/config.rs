@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use xpreempt_types::Level;
+use xpreempt_types::{Level, Nanos};
 
 pub const DEFAULT_THRESHOLD: u32 = 16;
 pub const DEFAULT_BATCH: u32 = 8;
@@ -12,6 +12,9 @@ pub struct QueueConfig {
     threshold: u32,
     batch: u32,
     level: Level,
+    /// How long a queue that ran dry still counts as having work (see [`Self::with_idle_linger`]).
+    #[serde(default)]
+    idle_linger_ns: Nanos,
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -32,6 +35,7 @@ impl Default for QueueConfig {
             threshold: DEFAULT_THRESHOLD,
             batch: DEFAULT_BATCH,
             level: Level::Lv3,
+            idle_linger_ns: 0,
         }
     }
 }
@@ -52,7 +56,23 @@ impl QueueConfig {
             threshold,
             batch,
             level,
+            idle_linger_ns: 0,
         })
+    }
+
+    /// A queue whose work all completed reports Idle only after `ns` more without a new
+    /// submission. A program that launches in bursts with short gaps on the CPU between them
+    /// (eager PyTorch) would otherwise go idle and busy again at every gap, and each time the
+    /// queues below it would be resumed and stopped again. Zero (the default): Idle at once.
+    /// The Idle is owed from [`XQueue::idle_due`](super::XQueue::idle_due) on; whoever drives
+    /// the queue must poll it then (the threaded queue's watcher does).
+    pub fn with_idle_linger(mut self, ns: Nanos) -> Self {
+        self.idle_linger_ns = ns;
+        self
+    }
+
+    pub fn idle_linger_ns(&self) -> Nanos {
+        self.idle_linger_ns
     }
 
     pub fn threshold(&self) -> u32 {

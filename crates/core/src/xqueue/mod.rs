@@ -79,6 +79,9 @@ pub struct XQueue<P> {
     resuming_since: Option<Nanos>,
     /// Whether the last event reported was Ready (true) or Idle (false).
     reported_active: bool,
+    /// When the queue was first seen drained while reported active: its Idle waits for the
+    /// configured linger from then.
+    drained_at: Option<Nanos>,
     /// Events reported so far: orders reports that travel on different threads.
     transitions: u64,
     stats: QueueStats,
@@ -103,6 +106,7 @@ impl<P> XQueue<P> {
             stopping_since: None,
             resuming_since: None,
             reported_active: false,
+            drained_at: None,
             transitions: 0,
             stats: QueueStats::default(),
         }
@@ -145,6 +149,12 @@ impl<P> XQueue<P> {
     /// How many Ready/Idle events this queue has produced; the last one has this number.
     pub fn transitions(&self) -> u64 {
         self.transitions
+    }
+
+    /// When a drained queue's held-back Idle is owed (its linger ends), if one is waiting.
+    pub fn idle_due(&self) -> Option<Nanos> {
+        self.drained_at
+            .map(|t| t.saturating_add(self.config.idle_linger_ns()))
     }
 
     /// A suspension or resumption is under way and not yet settled in hardware.
@@ -196,10 +206,9 @@ impl<P> XQueue<P> {
         }
         self.next_seq += 1;
         self.stats.submitted += 1;
-        let _ = now;
         Ok(Submitted {
             seq,
-            report: self.take_report(),
+            report: self.take_report(now),
         })
     }
 
@@ -211,15 +220,25 @@ impl<P> XQueue<P> {
         now: Nanos,
     ) -> Result<Option<QueueReport>, QueueOpError> {
         self.progress(hal, now)?;
-        Ok(self.take_report())
+        Ok(self.take_report(now))
     }
 
     /// The Ready/Idle report owed to the scheduler, if the queue's activity changed since the
-    /// last one.
-    pub fn take_report(&mut self) -> Option<QueueReport> {
+    /// last one. A drained queue's Idle is owed only once its linger has passed.
+    pub fn take_report(&mut self, now: Nanos) -> Option<QueueReport> {
         let active = !self.is_idle();
+        if active {
+            self.drained_at = None;
+        }
         if active == self.reported_active {
             return None;
+        }
+        if !active {
+            let since = *self.drained_at.get_or_insert(now);
+            if now.saturating_sub(since) < self.config.idle_linger_ns() {
+                return None;
+            }
+            self.drained_at = None;
         }
         self.reported_active = active;
         self.transitions += 1;

@@ -105,8 +105,43 @@ fn idle_is_reported_even_when_suspend_or_resume_saw_the_last_completion() {
     dev.advance_to(300);
     q.suspend(&hal, 300).unwrap();
     q.resume(&hal, 300).unwrap();
-    assert_eq!(q.take_report(), Some(QueueReport::Idle { generation: 4 }));
+    assert_eq!(
+        q.take_report(300),
+        Some(QueueReport::Idle { generation: 4 })
+    );
     assert_eq!(q.transitions(), 4, "ready, idle, ready, idle");
+}
+
+#[test]
+fn a_lingering_queue_reports_idle_only_after_the_linger_and_not_at_all_if_work_comes_back() {
+    let (dev, hal, _) = setup(Level::Lv1, 4, 2);
+    let config = QueueConfig::new(4, 2, Level::Lv1)
+        .unwrap()
+        .with_idle_linger(1_000);
+    let mut q = XQueue::new(hal.queue_id(), config, hal.max_level());
+    assert!(matches!(
+        q.submit(&hal, kernel(1, 100), 0).unwrap().report,
+        Some(QueueReport::Ready { .. })
+    ));
+    dev.advance_to(100);
+    assert_eq!(q.poll(&hal, 100).unwrap(), None, "drained, lingering");
+    assert_eq!(q.idle_due(), Some(1_100));
+    // Work within the linger: the queue never went idle, so no Ready either.
+    assert_eq!(q.submit(&hal, kernel(1, 100), 600).unwrap().report, None);
+    assert_eq!(q.idle_due(), None);
+    dev.advance_to(700);
+    assert_eq!(q.poll(&hal, 700).unwrap(), None);
+    assert_eq!(
+        q.poll(&hal, 1_699).unwrap(),
+        None,
+        "the linger counts from 700"
+    );
+    assert_eq!(
+        q.poll(&hal, 1_700).unwrap(),
+        Some(QueueReport::Idle { generation: 2 })
+    );
+    assert_eq!((q.idle_due(), q.poll(&hal, 5_000).unwrap()), (None, None));
+    assert_eq!(q.transitions(), 2);
 }
 
 #[test]

@@ -137,7 +137,11 @@ where
         }
         let now = self.inner.now();
         let kind = command.op.kind();
-        let submitted = self.inner.lock().submit(&self.inner.hal, command, now)?;
+        let (submitted, lingered) = {
+            let mut q = self.inner.lock();
+            let lingered = q.idle_due().is_some();
+            (q.submit(&self.inner.hal, command, now)?, lingered)
+        };
         if self.inner.wants_work() {
             let seq = submitted.seq;
             self.inner
@@ -146,6 +150,9 @@ where
         if let Some(report) = submitted.report {
             self.inner.work.notify_one();
             self.inner.report(self.id, report);
+        } else if lingered {
+            // The watcher naps out the linger; it has new work to watch instead.
+            self.inner.work.notify_one();
         }
         Ok(submitted.seq)
     }
@@ -282,7 +289,7 @@ where
         let report = {
             let mut q = self.inner.lock();
             q.resume(&self.inner.hal, now)?;
-            q.take_report()
+            q.take_report(now)
         };
         self.inner.work.notify_one();
         self.inner.progress.notify_all();
@@ -394,15 +401,18 @@ fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
                 }
                 match q.wait_plan() {
                     WaitPlan::Nothing => {
-                        // Sleep until there is work, except to watch a hardware stop settle or to
-                        // retry a launch that failed.
+                        // Sleep until there is work, except to watch a hardware stop settle, to
+                        // retry a launch that failed, or to report an Idle held back by the linger.
                         let retry = !q.is_suspended() && q.pending_len() > 0;
+                        let linger = q
+                            .idle_due()
+                            .map(|t| Duration::from_nanos(t.saturating_sub(inner.now())));
                         let nap = if q.is_settling() {
                             Some(Duration::from_micros(100))
                         } else if retry {
                             Some(Duration::from_millis(50))
                         } else {
-                            None
+                            linger
                         };
                         q = match nap {
                             Some(d) => {

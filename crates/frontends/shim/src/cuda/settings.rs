@@ -17,12 +17,16 @@ pub struct Settings {
     pub window: Option<u32>,
     /// `XPREEMPT_CHAOS=SEED[:PERIOD_US]`: random suspensions, for conformance tests.
     pub chaos: Option<(u64, u64)>,
+    /// `XPREEMPT_IDLE_LINGER_US`: how long a stream that ran dry still counts as busy.
+    pub idle_linger_us: u64,
 }
 
 /// The window of a queue that is not the process's own choice: the highest queues run
 /// unthrottled, lower ones keep a short window so that a suspension waits for little.
 const LOW_WINDOW: u32 = 16;
 const HIGH_WINDOW: u32 = 1024;
+/// The idle linger when `xpreempt run` does not set one.
+pub const DEFAULT_IDLE_LINGER_US: u64 = 0;
 
 impl Settings {
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> Self {
@@ -49,6 +53,9 @@ impl Settings {
                 .and_then(|v| v.trim().parse().ok())
                 .filter(|&w| w > 0),
             chaos,
+            idle_linger_us: get("XPREEMPT_IDLE_LINGER_US")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(DEFAULT_IDLE_LINGER_US),
         }
     }
 
@@ -97,6 +104,9 @@ mod tests {
             (10, Level::Lv3, (1024, 64))
         );
         assert_eq!(s.chaos, Some((7, 200)));
+        assert_eq!(s.idle_linger_us, DEFAULT_IDLE_LINGER_US);
+        let s = Settings::parse(env(&[("XPREEMPT_IDLE_LINGER_US", "300")]));
+        assert_eq!(s.idle_linger_us, 300);
         let s = Settings::parse(env(&[("XPREEMPT_WINDOW", "2"), ("XPREEMPT_CHAOS", "x")]));
         assert_eq!((s.window(), s.chaos), ((2, 1), None));
     }
