@@ -45,6 +45,22 @@ XP_RUN_ARGS = {"xp_lv1": ["--level", "1"], "xp_lv3": ["--level", "3"], "xp_mps":
                "xp_pass": ["--pass-through"]}
 
 
+def base_mode(mode):
+    """An xpreempt mode may carry a variant: `xp_lv1+linger500` is xp_lv1 with
+    `xpreempt run --idle-linger-us 500`."""
+    return mode.split("+", 1)[0]
+
+
+def variant_args(mode):
+    args = []
+    for part in mode.split("+")[1:]:
+        if part.startswith("linger") and part[len("linger"):].isdigit():
+            args += ["--idle-linger-us", part[len("linger"):]]
+        else:
+            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>)")
+    return args
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="pair group, 5 s windows, fewer modes (~2 min)")
@@ -74,7 +90,8 @@ class Env:
     """One scenario's sharing infrastructure: a private MPS control daemon and/or xpreempt daemon."""
 
     def __init__(self, mode, tmp, xp_bin, log_dir):
-        self.mode, self.tmp, self.xp_bin, self.log_dir = mode, tmp, xp_bin, log_dir
+        self.variant, self.tmp, self.xp_bin, self.log_dir = mode, tmp, xp_bin, log_dir
+        self.mode = base_mode(mode)
         self.base = dict(os.environ)
         self.mps_dir = None
         self.daemon = None
@@ -88,15 +105,15 @@ class Env:
             self.base["CUDA_MPS_LOG_DIRECTORY"] = os.path.join(self.mps_dir, "log")
             subprocess.run(["nvidia-cuda-mps-control", "-d"], env=self.base, check=True)
         if self.mode.startswith("xp_"):
-            sock = os.path.join(self.tmp, f"xp-{self.mode}.sock")
+            sock = os.path.join(self.tmp, f"xp-{self.variant}.sock")
             self.base["XPREEMPT_SOCKET"] = sock
             cmd = [self.xp_bin, "daemon", "--socket", sock] + (["--mps"] if self.mode == "xp_mps" else [])
-            log = open(os.path.join(self.log_dir, f"daemon-{self.mode}.log"), "w")
+            log = open(os.path.join(self.log_dir, f"daemon-{self.variant}.log"), "w")
             self.daemon = subprocess.Popen(cmd, env=self.base, stdout=log, stderr=subprocess.STDOUT)
             t0 = time.time()
             while not os.path.exists(sock):
                 if self.daemon.poll() is not None or time.time() - t0 > 20:
-                    raise RuntimeError(f"xpreempt daemon did not start (see daemon-{self.mode}.log)")
+                    raise RuntimeError(f"xpreempt daemon did not start (see daemon-{self.variant}.log)")
                 time.sleep(0.05)
         return self
 
@@ -136,7 +153,19 @@ class Env:
     def prefix(self, role):
         if not self.mode.startswith("xp_"):
             return []
-        return [self.xp_bin, "run", "--priority", str(PRIORITY[role])] + XP_RUN_ARGS[self.mode] + ["--"]
+        return ([self.xp_bin, "run", "--priority", str(PRIORITY[role])] + XP_RUN_ARGS[self.mode]
+                + variant_args(self.variant) + ["--"])
+
+    def queues(self):
+        """The daemon's queue rows (`xpreempt --json list`), with the time they were read."""
+        if self.daemon is None:
+            return None
+        try:
+            out = subprocess.run([self.xp_bin, "--json", "list"], env=self.base, capture_output=True,
+                                 text=True, timeout=10).stdout
+            return {"t": time.time(), "list": json.loads(out)}
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            return {"t": time.time(), "error": str(e)}
 
 
 def stop_process(proc, timeout):
@@ -204,6 +233,7 @@ class Runner:
         tag = f"{group}-{mode}"
         print(f"== {tag}", flush=True)
         procs = []
+        queues = None
         t0 = time.time()
         with Env(mode, self.tmp, self.args.xpreempt_bin, self.raw) as env:
             try:
@@ -227,11 +257,16 @@ class Runner:
                         extra += ["--start-after", p["ready"]]
                     m = self.spawn(env, name, measuring_role, "infer.py", extra)
                     procs.append(m)
+                    queues = [env.queues()]
                     limit = self.args.startup_timeout + self.args.duration + 60
                     try:
                         m["proc"].wait(limit)
                     except subprocess.TimeoutExpired:
                         print(f"  {name} did not finish in {limit:.0f} s", flush=True)
+                    queues.append(env.queues())
+                    if queues[0] is not None:
+                        with open(os.path.join(self.raw, f"{tag}.queues.jsonl"), "w") as f:
+                            f.writelines(json.dumps(q) + "\n" for q in queues)
             except RuntimeError as e:
                 print(f"  {tag}: {e}", flush=True)
             finally:
@@ -247,7 +282,17 @@ class Runner:
                 results[kind] = {"error": f"no result (exit {p['proc'].returncode}); see raw/{p['name']}.log"}
             results[kind]["exit_code"] = p["proc"].returncode
         print(f"   {time.time() - t0:.0f} s", flush=True)
-        return {"group": group, "mode": mode, "measuring": members[0][1], "results": results}
+        return {"group": group, "mode": mode, "measuring": members[0][1], "results": results, "queues": queues}
+
+
+def preemptions_per_s(queues, priority):
+    """Suspensions per second of the queues at `priority` over the measured window, from the
+    daemon's queue rows read at its start and end."""
+    if not queues or len(queues) != 2 or any("list" not in q for q in queues):
+        return None
+    total = [sum(r["preemptions"] for r in q["list"] if r["logical_priority"] == priority) for q in queues]
+    dt = queues[1]["t"] - queues[0]["t"]
+    return (total[1] - total[0]) / dt if dt > 0 else None
 
 
 def window_rate(train, t0, t1):
@@ -299,6 +344,9 @@ def summarize(runs, alone):
                 row["train_x"] = rate / train_ref
             row["weights_equal_alone"] = (train_alone or {}).get("weights_sha256") == tr.get("weights_sha256")
             row["train_loss_at_check"] = tr.get("loss_at_check")
+        rate = preemptions_per_s(r.get("queues"), PRIORITY["low"])
+        if rate is not None:
+            row["low_preemptions_per_s"] = rate
         if "p99_x" in row and "train_x" in row and row.get("u_alone") is not None:
             row["goal_latency"] = row["p99_x"] <= 1.2
             row["goal_latency_service"] = row["svc_p99_x"] <= 1.2
@@ -326,8 +374,8 @@ def markdown(rows, meta):
            " of alone.", "",
            "| group | mode | p50 ms | p99 ms | p50/alone | p99/alone | service p50 ms | service p99 ms "
            "| service p99/alone | train steps/s | train/alone | u (alone) | goal p99 | goal service p99 "
-           "| goal train | weights = alone | outputs = alone | medium p99/alone |",
-           "|" + "---|" * 18]
+           "| goal train | weights = alone | outputs = alone | medium p99/alone | training stopped /s |",
+           "|" + "---|" * 19]
     for r in rows:
         out.append("| " + " | ".join([
             r["group"], r["mode"], fmt(r.get("p50_ms"), ".2f"), fmt(r.get("p99_ms"), ".2f"),
@@ -335,7 +383,8 @@ def markdown(rows, meta):
             fmt(r.get("svc_p99_ms"), ".2f"), fmt(r.get("svc_p99_x")), fmt(r.get("train_steps_per_s"), ".3f"),
             fmt(r.get("train_x")), fmt(r.get("u_alone", r.get("u")), ".3f"), fmt(r.get("goal_latency")),
             fmt(r.get("goal_latency_service")), fmt(r.get("goal_train")), fmt(r.get("weights_equal_alone")),
-            fmt(r.get("outputs_equal_alone")), fmt(r.get("medium_p99_x"))]) + " |")
+            fmt(r.get("outputs_equal_alone")), fmt(r.get("medium_p99_x")),
+            fmt(r.get("low_preemptions_per_s"), ".0f")]) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -390,7 +439,12 @@ def strip(result):
 def load_raw(raw):
     """Runs (alone and shared) rebuilt from raw/<group>-<mode>-<kind>.json file names."""
     alone, alone_runs, runs, by_key = {}, [], [], {}
+    queues = {}
     for f in sorted(os.listdir(raw)):
+        if f.endswith(".queues.jsonl"):
+            group, mode = f[:-len(".queues.jsonl")].split("-", 1)
+            with open(os.path.join(raw, f)) as fh:
+                queues[(group, mode)] = [json.loads(line) for line in fh if line.strip()]
         if not f.endswith(".json"):
             continue
         group, rest = f[:-5].split("-", 1)
@@ -403,10 +457,11 @@ def load_raw(raw):
                 alone[kind] = res
                 alone_runs.append({"group": group, "mode": mode, "measuring": kind, "results": {kind: res}})
         else:
-            runs.append({"group": group, "mode": mode, "measuring": GROUP_MEMBERS[group][0][1], "results": results})
+            runs.append({"group": group, "mode": mode, "measuring": GROUP_MEMBERS[group][0][1], "results": results,
+                         "queues": queues.get((group, mode))})
     order = {m: i for i, m in enumerate(NATIVE_MODES + GREEN_MODES + XP_MODES)}
     groups = {g: i for i, g in enumerate(GROUP_MEMBERS)}
-    runs.sort(key=lambda r: (groups.get(r["group"], 9), order.get(r["mode"], 99)))
+    runs.sort(key=lambda r: (groups.get(r["group"], 9), order.get(base_mode(r["mode"]), 99), r["mode"]))
     alone_runs.sort(key=lambda r: (groups.get(r["group"], 9), r["measuring"] == "train"))
     return alone, alone_runs, runs
 
@@ -455,16 +510,21 @@ def main():
         wanted = ["native", "mps", "mps_prio"] + (["xp_lv1", "xp_pass"] if xp else [])
     else:
         wanted = NATIVE_MODES + xp
-    unknown = [m for m in wanted if m not in NATIVE_MODES + GREEN_MODES + XP_MODES]
-    if unknown or (any(m in XP_MODES for m in wanted) and not args.xpreempt_bin):
+    unknown = [m for m in wanted if base_mode(m) not in NATIVE_MODES + GREEN_MODES + XP_MODES]
+    try:
+        for m in wanted:
+            variant_args(m)
+    except ValueError as e:
+        sys.exit(str(e))
+    if unknown or (any(base_mode(m) in XP_MODES for m in wanted) and not args.xpreempt_bin):
         sys.exit(f"modes {unknown or wanted}: unknown, or xpreempt modes without --xpreempt-bin")
     if any(m in GREEN_MODES for m in wanted):
         if not args.green_lib:
             sys.exit("mps_green modes need --green-lib")
         os.environ["XP_GREEN_LIB"] = os.path.abspath(args.green_lib)  # the processes inherit it
     group_modes = {"pair": wanted,
-                   "trio": [m for m in wanted if m in ["native", "mps_prio"] + XP_MODES],
-                   "eager": [m for m in wanted if m in ["native", "mps_prio"] + XP_MODES]}
+                   "trio": [m for m in wanted if base_mode(m) in ["native", "mps_prio"] + XP_MODES],
+                   "eager": [m for m in wanted if base_mode(m) in ["native", "mps_prio"] + XP_MODES]}
     os.makedirs(args.out_dir, exist_ok=True)
     runner = Runner(args)
     started = time.time()

@@ -13,6 +13,12 @@ extern "C" fn on_fatal(sig: libc::c_int) {
         let msg = b"xpreempt-shim: fatal signal, stack:\n";
         libc::write(2, msg.as_ptr().cast(), msg.len());
         libc::backtrace_symbols_fd(frames.as_ptr(), n, 2);
+        let at_fork = crate::cuda::fork_gate::threads_at_last_fork();
+        if !at_fork.is_empty() {
+            let msg = b"xpreempt-shim: the other threads at the last fork (tid name state):\n";
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::write(2, at_fork.as_ptr().cast(), at_fork.len());
+        }
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
     }

@@ -8,6 +8,12 @@
 //! watcher held when the fork happened. So the fork waits until none of them is inside libcuda
 //! (or setting the process's timeslice through the RM interposer), and they wait until the fork
 //! is done; then the forking thread holds the interposer's registry across the fork.
+//!
+//! libcuda's own threads (named `cuda…`) take its locks too, and they are busier with the
+//! shim's completion watchers waiting on events. So the fork also waits, briefly, until none of
+//! them is running: a thread asleep in the kernel holds no spin lock. What every thread was
+//! doing at the fork is kept for the crash handler, so that a child that hangs anyway can say
+//! which threads its parent had running (`XPREEMPT_SHIM_BACKTRACE=1`, then SIGABRT).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -19,6 +25,11 @@ static INSIDE: AtomicUsize = AtomicUsize::new(0);
 /// A thread stuck inside libcuda (waiting on a lock the forking thread holds, say) must not
 /// hang the application's fork for good.
 const PATIENCE: Duration = Duration::from_millis(100);
+/// How long a fork waits for libcuda's running threads to go to sleep.
+const LIBCUDA_PATIENCE: Duration = Duration::from_millis(20);
+
+/// `tid comm state` of every other thread at the last fork, for the crash handler.
+static AT_FORK: Snapshot = Snapshot::new();
 
 thread_local! {
     /// Nesting depth of `enter` on this thread.
@@ -68,8 +79,89 @@ pub extern "C" fn before_fork() {
         }
         std::thread::yield_now();
     }
+    wait_for_libcuda_threads();
     // Only now: a thread inside libcuda may need it on its way out (an RM call of its own).
     crate::rm::hold_across_fork();
+}
+
+/// The process's other threads: (tid, name, state letter of /proc's stat).
+fn other_threads() -> Vec<(u32, String, u8)> {
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() } as u32;
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&tid| tid != me)
+        .filter_map(|tid| {
+            let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+            // `tid (comm) S …`: the name may hold spaces and parentheses; the state follows the last `)`.
+            let (head, tail) = stat.rsplit_once(')')?;
+            let name = head.split_once('(')?.1.to_string();
+            let state = *tail.trim_start().as_bytes().first()?;
+            Some((tid, name, state))
+        })
+        .collect()
+}
+
+fn wait_for_libcuda_threads() {
+    let since = Instant::now();
+    loop {
+        let threads = other_threads();
+        let busy = threads
+            .iter()
+            .any(|(_, name, state)| name.starts_with("cuda") && *state == b'R');
+        if !busy || since.elapsed() > LIBCUDA_PATIENCE {
+            if busy {
+                shim_log!("fork: one of libcuda's threads kept running; forking anyway");
+            }
+            AT_FORK.set(&threads);
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// The snapshot as text, for the crash handler (no allocation to read it).
+pub fn threads_at_last_fork() -> &'static [u8] {
+    AT_FORK.get()
+}
+
+/// A fixed buffer written by the forking thread only (forks are serialized by the gate's flag
+/// in practice; a torn read costs a garbled diagnostic, nothing else).
+struct Snapshot {
+    len: AtomicUsize,
+    text: std::cell::UnsafeCell<[u8; 1024]>,
+}
+
+// SAFETY: see the type's comment: one writer at a time, readers tolerate a torn copy.
+unsafe impl Sync for Snapshot {}
+
+impl Snapshot {
+    const fn new() -> Self {
+        Self {
+            len: AtomicUsize::new(0),
+            text: std::cell::UnsafeCell::new([0; 1024]),
+        }
+    }
+
+    fn set(&self, threads: &[(u32, String, u8)]) {
+        let mut text = String::new();
+        for (tid, name, state) in threads {
+            text.push_str(&format!("{tid} {name} {}\n", *state as char));
+        }
+        let n = text.len().min(1024);
+        self.len.store(0, SeqCst);
+        // SAFETY: the buffer is 1024 bytes and `n` ≤ 1024; see the type's comment on races.
+        unsafe { (&mut *self.text.get())[..n].copy_from_slice(&text.as_bytes()[..n]) };
+        self.len.store(n, SeqCst);
+    }
+
+    fn get(&self) -> &[u8] {
+        let n = self.len.load(SeqCst);
+        // SAFETY: `n` ≤ 1024 bytes of the buffer.
+        unsafe { &(&*self.text.get())[..n] }
+    }
 }
 
 /// `pthread_atfork` handler in the parent and (with the rest of the child's) in the child.
@@ -139,5 +231,35 @@ mod tests {
         FORKING.store(true, SeqCst);
         drop(enter());
         after_fork();
+    }
+
+    #[test]
+    fn the_fork_snapshot_names_the_other_threads_and_their_states() {
+        let _serial = FORK_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        let stop = Arc::new(AtomicBool::new(false));
+        let sleeper = {
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("cuda-sleepy (x)".into())
+                .spawn(move || {
+                    while !stop.load(SeqCst) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                })
+                .expect("spawn")
+        };
+        std::thread::sleep(Duration::from_millis(5));
+        let since = Instant::now();
+        wait_for_libcuda_threads();
+        assert!(since.elapsed() < LIBCUDA_PATIENCE * 10);
+        let text = String::from_utf8(threads_at_last_fork().to_vec()).expect("utf8");
+        let line = text
+            .lines()
+            .find(|l| l.contains("cuda-sleepy (x)"))
+            .unwrap_or_else(|| panic!("no line for the thread in {text:?}"));
+        let state = line.rsplit(' ').next().expect("state");
+        assert!(["S", "R"].contains(&state), "{line}");
+        stop.store(true, SeqCst);
+        sleeper.join().expect("join");
     }
 }
