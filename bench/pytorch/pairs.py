@@ -46,18 +46,22 @@ XP_RUN_ARGS = {"xp_lv1": ["--level", "1"], "xp_lv3": ["--level", "3"], "xp_mps":
 
 
 def base_mode(mode):
-    """An xpreempt mode may carry a variant: `xp_lv1+linger500` is xp_lv1 with
-    `xpreempt run --idle-linger-us 500`."""
+    """An xpreempt mode may carry variants: `xp_lv1+linger500+bewindow4` is xp_lv1 with
+    `xpreempt run --idle-linger-us 500` for every process and `--window 4` for the training."""
     return mode.split("+", 1)[0]
 
 
-def variant_args(mode):
+def variant_args(mode, role="high"):
     args = []
     for part in mode.split("+")[1:]:
-        if part.startswith("linger") and part[len("linger"):].isdigit():
-            args += ["--idle-linger-us", part[len("linger"):]]
+        for prefix, flag, roles in (("linger", "--idle-linger-us", None), ("bewindow", "--window", ["low"])):
+            value = part[len(prefix):]
+            if part.startswith(prefix) and value.isdigit():
+                if roles is None or role in roles:
+                    args += [flag, value]
+                break
         else:
-            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>)")
+            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>)")
     return args
 
 
@@ -154,7 +158,7 @@ class Env:
         if not self.mode.startswith("xp_"):
             return []
         return ([self.xp_bin, "run", "--priority", str(PRIORITY[role])] + XP_RUN_ARGS[self.mode]
-                + variant_args(self.variant) + ["--"])
+                + variant_args(self.variant, role) + ["--"])
 
     def queues(self):
         """The daemon's queue rows (`xpreempt --json list`), with the time they were read."""
@@ -288,7 +292,7 @@ class Runner:
 def preemptions_per_s(queues, priority):
     """Suspensions per second of the queues at `priority` over the measured window, from the
     daemon's queue rows read at its start and end."""
-    if not queues or len(queues) != 2 or any("list" not in q for q in queues):
+    if not queues or len(queues) != 2 or any(not q or "list" not in q for q in queues):
         return None
     total = [sum(r["preemptions"] for r in q["list"] if r["logical_priority"] == priority) for q in queues]
     dt = queues[1]["t"] - queues[0]["t"]
