@@ -9,11 +9,13 @@
 //! (or setting the process's timeslice through the RM interposer), and they wait until the fork
 //! is done; then the forking thread holds the interposer's registry across the fork.
 //!
-//! libcuda's own threads (named `cuda…`) take its locks too, and they are busier with the
-//! shim's completion watchers waiting on events. So the fork also waits, briefly, until none of
-//! them is running: a thread asleep in the kernel holds no spin lock. What every thread was
-//! doing at the fork is kept for the crash handler, so that a child that hangs anyway can say
-//! which threads its parent had running (`XPREEMPT_SHIM_BACKTRACE=1`, then SIGABRT).
+//! Outside libcuda is not enough. A child that hung (libcuda's ELF destructor spinning in
+//! `sched_yield`, reached from `exit`) had, at the fork, every libcuda thread asleep and no shim
+//! thread inside libcuda, but in 5 of 6 hangs a completion watcher running (on the H100,
+//! 2026-11-23: `bench/results/2026-11-23-h100-session5.md`). So the fork also waits, briefly,
+//! until the shim's threads and libcuda's own (named `cuda…`) are all off the CPU, and the
+//! shim's threads wait for the fork asleep rather than spinning. What every thread was doing at
+//! the fork is kept for the crash handler (`XPREEMPT_SHIM_BACKTRACE=1`, then SIGABRT).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -25,8 +27,8 @@ static INSIDE: AtomicUsize = AtomicUsize::new(0);
 /// A thread stuck inside libcuda (waiting on a lock the forking thread holds, say) must not
 /// hang the application's fork for good.
 const PATIENCE: Duration = Duration::from_millis(100);
-/// How long a fork waits for libcuda's running threads to go to sleep.
-const LIBCUDA_PATIENCE: Duration = Duration::from_millis(20);
+/// How long a fork waits for the shim's and libcuda's running threads to go to sleep.
+const QUIET_PATIENCE: Duration = Duration::from_millis(20);
 
 /// `tid comm state` of every other thread at the last fork, for the crash handler.
 static AT_FORK: Snapshot = Snapshot::new();
@@ -55,7 +57,7 @@ pub fn enter() -> Inside {
         }
         INSIDE.fetch_sub(1, SeqCst);
         while FORKING.load(SeqCst) {
-            std::thread::yield_now();
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 }
@@ -79,7 +81,7 @@ pub extern "C" fn before_fork() {
         }
         std::thread::yield_now();
     }
-    wait_for_libcuda_threads();
+    wait_for_quiet_threads();
     // Only now: a thread inside libcuda may need it on its way out (an RM call of its own).
     crate::rm::hold_across_fork();
 }
@@ -104,16 +106,16 @@ fn other_threads() -> Vec<(u32, String, u8)> {
         .collect()
 }
 
-fn wait_for_libcuda_threads() {
+fn wait_for_quiet_threads() {
     let since = Instant::now();
     loop {
         let threads = other_threads();
-        let busy = threads
-            .iter()
-            .any(|(_, name, state)| name.starts_with("cuda") && *state == b'R');
-        if !busy || since.elapsed() > LIBCUDA_PATIENCE {
+        let busy = threads.iter().any(|(_, name, state)| {
+            (name.starts_with("cuda") || name.starts_with("xpreempt-")) && *state == b'R'
+        });
+        if !busy || since.elapsed() > QUIET_PATIENCE {
             if busy {
-                shim_log!("fork: one of libcuda's threads kept running; forking anyway");
+                shim_log!("fork: a thread of the shim or of libcuda kept running; forking anyway");
             }
             AT_FORK.set(&threads);
             return;
@@ -250,8 +252,8 @@ mod tests {
         };
         std::thread::sleep(Duration::from_millis(5));
         let since = Instant::now();
-        wait_for_libcuda_threads();
-        assert!(since.elapsed() < LIBCUDA_PATIENCE * 10);
+        wait_for_quiet_threads();
+        assert!(since.elapsed() < QUIET_PATIENCE * 10);
         let text = String::from_utf8(threads_at_last_fork().to_vec()).expect("utf8");
         let line = text
             .lines()
