@@ -8,8 +8,10 @@
 // child still alive after 5 s counts as a hang and is killed. One JSON line per mode.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <signal.h>
 #include <sys/wait.h>
+#include <thread>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,9 +63,17 @@ int main(int argc, char **argv) {
   CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   // The last three destroy a stream or an event while work is still in flight behind it (the
   // driver then finishes the destruction later, on a thread of its own).
+  // The last three fork just after a second thread launched on a stream of its own and exited
+  // (as fork_after_init's fourth fork does), with the stream destroyed or kept, at once or 50 ms
+  // later.
   const char *modes[] = {"idle", "work", "work+event", "work+event-queried",
-                         "stream-destroyed-busy", "stream-destroyed-synced", "event-destroyed-busy"};
-  for (int m = 0; m < 7; m++) {
+                         "stream-destroyed-busy", "stream-destroyed-synced", "event-destroyed-busy",
+                         "thread-exited", "thread-exited-stream-kept", "thread-exited-then-50ms"};
+  const char *only = getenv("FORK_EVENT_MODES");  // a comma list of mode numbers, default all
+  for (int m = 0; m < 10; m++) {
+    char tag[12];
+    snprintf(tag, sizeof tag, "%d", m);
+    if (only && !strstr(only, tag)) continue;
     int hangs = 0;
     for (int r = 0; r < rounds; r++) {
       if (m >= 1 && m <= 3) spin<<<1, 1, 0, s>>>(cycles);
@@ -82,6 +92,21 @@ int main(int argc, char **argv) {
         spin<<<1, 1, 0, s>>>(cycles);
         CK(cudaEventRecord(e, s));
         CK(cudaEventDestroy(e));
+      }
+      if (m >= 7) {
+        std::thread th([&] {
+          cudaStream_t t;
+          CK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+          for (int i = 0; i < 64; i++) {
+            spin<<<1, 1, 0, t>>>(cycles / 1000);
+            if (i % 16 == 15) CK(cudaStreamSynchronize(t));
+          }
+          CK(cudaStreamSynchronize(t));
+          if (m != 8) CK(cudaStreamDestroy(t));
+        });
+        th.join();
+        if (m == 9) usleep(50000);
+        spin<<<1, 1, 0, s>>>(cycles);
       }
       if (!fork_and_reap()) hangs++;
       CK(cudaDeviceSynchronize());
