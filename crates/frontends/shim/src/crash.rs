@@ -9,6 +9,15 @@
 
 use std::cell::UnsafeCell;
 use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the handler is in place (what only it reads, such as the threads at a fork, is
+/// collected only then).
+pub fn installed() -> bool {
+    INSTALLED.load(Ordering::Relaxed)
+}
 
 /// How much of the stack above the interrupted stack pointer is scanned.
 const SCAN_BYTES: usize = 64 * 1024;
@@ -155,6 +164,7 @@ pub fn install() {
                 libc::sigaction(sig, &action, std::ptr::null_mut());
             }
         }
+        INSTALLED.store(true, Ordering::Relaxed);
     });
 }
 

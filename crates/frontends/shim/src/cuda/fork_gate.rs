@@ -25,7 +25,8 @@ static INSIDE: AtomicUsize = AtomicUsize::new(0);
 /// A thread stuck inside libcuda (waiting on a lock the forking thread holds, say) must not
 /// hang the application's fork for good.
 const PATIENCE: Duration = Duration::from_millis(100);
-/// `tid comm state` of every other thread at the last fork, for the crash handler.
+/// `tid comm state` of every other thread at the last fork, for the crash handler (taken only
+/// when it is installed).
 static AT_FORK: Snapshot = Snapshot::new();
 
 thread_local! {
@@ -76,7 +77,9 @@ pub extern "C" fn before_fork() {
         }
         std::thread::yield_now();
     }
-    AT_FORK.set(&other_threads());
+    if crate::crash::installed() {
+        AT_FORK.set(&other_threads());
+    }
     // Only now: a thread inside libcuda may need it on its way out (an RM call of its own).
     crate::rm::hold_across_fork();
 }
