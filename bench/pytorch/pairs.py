@@ -290,8 +290,8 @@ class Runner:
 
 
 def preemptions_per_s(queues, priority):
-    """Suspensions per second of the queues at `priority` over the measured window, from the
-    daemon's queue rows read at its start and end."""
+    """Suspensions per second of the queues at `priority` while the measuring process ran (its
+    warm-up included), from the daemon's queue rows read when it started and ended."""
     if not queues or len(queues) != 2 or any(not q or "list" not in q for q in queues):
         return None
     total = [sum(r["preemptions"] for r in q["list"] if r["logical_priority"] == priority) for q in queues]
