@@ -299,3 +299,69 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// With any linger: reports alternate Ready/Idle, an Idle comes only once the queue has been
+    /// drained for the linger, and a drained queue reports it in the end.
+    #[test]
+    fn a_lingering_queue_reports_idle_late_but_always(linger in 0..1_000u64, steps in proptest::collection::vec(step(), 1..80)) {
+        let dev = RefDevice::new();
+        let hal = dev.create_queue(Level::Lv1);
+        let config = QueueConfig::new(3, 2, Level::Lv1).unwrap().with_idle_linger(linger);
+        let mut q = XQueue::new(hal.queue_id(), config, hal.max_level());
+        let mut now = 0;
+        let mut reports = Vec::new();
+        let mut drained_since = None;
+        let mut check = |q: &mut XQueue<RefKernel>, first: Option<QueueReport>, now: Nanos| -> Result<(), TestCaseError> {
+            if q.is_idle() {
+                drained_since.get_or_insert(now);
+            } else {
+                drained_since = None;
+            }
+            for r in first.into_iter().chain(q.take_report(now)) {
+                if matches!(r, QueueReport::Idle { .. }) {
+                    let since = drained_since.unwrap_or(now);
+                    prop_assert!(now - since >= linger, "Idle at {} after draining at {}", now, since);
+                }
+                reports.push(r);
+            }
+            Ok(())
+        };
+        for s in steps {
+            let first = match s {
+                Step::Submit { blocks, block_ns, .. } => q.submit(&hal, kernel(blocks, block_ns), now).unwrap().report,
+                Step::Suspend(_) => {
+                    q.suspend(&hal, now).unwrap();
+                    None
+                }
+                Step::Resume(_) => {
+                    q.resume(&hal, now).unwrap();
+                    None
+                }
+                Step::Advance(dt) => {
+                    now += dt;
+                    dev.advance_to(now);
+                    q.poll(&hal, now).unwrap()
+                }
+            };
+            check(&mut q, first, now)?;
+        }
+        q.resume(&hal, now).unwrap();
+        while let Some(t) = dev.next_event() {
+            now = t;
+            dev.advance_to(t);
+            let r = q.poll(&hal, now).unwrap();
+            check(&mut q, r, now)?;
+        }
+        now += linger;
+        let r = q.poll(&hal, now).unwrap();
+        check(&mut q, r, now)?;
+        for (i, r) in reports.iter().enumerate() {
+            let ready = matches!(r, QueueReport::Ready { .. });
+            prop_assert_eq!(ready, i % 2 == 0, "report {} is {:?}", i, r);
+        }
+        prop_assert!(reports.len() % 2 == 0, "the drained queue never reported Idle: {:?}", reports);
+    }
+}
