@@ -10,8 +10,7 @@
 use crate::harness::{
     Config, GuardRuns, Log, Outcome, Proc, chaos, defaults, lv2, native, pass_through, run, window1,
 };
-use crate::suspended::{private_daemon, under_daemon, wait_until_held};
-use xpreempt_ipc::operator::Operator;
+use crate::suspended::{hold_off, private_daemon, release, under_daemon};
 
 const ROUNDS: i64 = 12;
 const BLOCKS: u64 = 8;
@@ -167,17 +166,10 @@ fn suspended_mid_kernel(tail: bool) -> Outcome {
     let tail_env = [("GUARD_TAIL", if tail { "1" } else { "0" })];
     let mut low = Proc::spawn("guard-suspend", &lv2(under_daemon(&socket, 0)), &tail_env);
     low.expect("@running");
-    let mut holder = Proc::spawn("hold", &under_daemon(&socket, 10), &[]);
-    holder.expect("@holding");
-    let (low_pid, holder_pid) = (low.child.id(), holder.child.id());
-    let mut op = Operator::connect(&socket).expect("the operator connects");
-    wait_until_held(&mut op, holder_pid, low_pid);
+    let (holder, _op) = hold_off(&socket, &low);
     low.send("check");
     low.expect("@checked");
-    holder.send("release");
-    holder.finish();
-    low.send("finish");
-    let o = low.finish();
+    let o = release(holder, low);
     drop(daemon);
     o
 }

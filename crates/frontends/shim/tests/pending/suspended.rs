@@ -6,7 +6,7 @@
 //! inversion); when the holder lets go, everything completes (no deadlock) and a stream waiting
 //! for the event waits for the record made behind the buffered launches, not the earlier one.
 
-use crate::harness::{Config, Proc, build, native};
+use crate::harness::{Config, Outcome, Proc, build, native};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use xpreempt_core::sched::protocol::QueueState;
@@ -60,8 +60,25 @@ pub(crate) fn private_daemon(tag: &str) -> (xpreempt_daemon::Daemon, PathBuf) {
     (daemon, socket)
 }
 
-/// Waits until the daemon shows `holder` running and `low` suspended in its own process.
-pub(crate) fn wait_until_held(op: &mut Operator, holder: u32, low: u32) {
+/// Starts the high-priority `hold` process under the daemon at `socket` and waits until the
+/// daemon shows it running and `low` suspended in its own process.
+pub(crate) fn hold_off(socket: &Path, low: &Proc) -> (Proc, Operator) {
+    let mut holder = Proc::spawn("hold", &under_daemon(socket, 10), &[]);
+    holder.expect("@holding");
+    let mut op = Operator::connect(socket).expect("the operator connects");
+    wait_until_held(&mut op, holder.child.id(), low.child.id());
+    (holder, op)
+}
+
+/// The holder lets go, then `low` finishes.
+pub(crate) fn release(mut holder: Proc, mut low: Proc) -> Outcome {
+    holder.send("release");
+    holder.finish();
+    low.send("finish");
+    low.finish()
+}
+
+fn wait_until_held(op: &mut Operator, holder: u32, low: u32) {
     let t = Instant::now();
     loop {
         let rows = op.list().expect("list");
@@ -89,11 +106,8 @@ fn launches_held_by_a_suspension_are_waited_for_without_inversion_or_deadlock() 
 
     let mut low = Proc::spawn("suspended", &under_daemon(&socket, 0), &[]);
     low.expect("@ready");
-    let mut holder = Proc::spawn("hold", &under_daemon(&socket, 10), &[]);
-    holder.expect("@holding");
+    let (holder, mut op) = hold_off(&socket, &low);
     let (low_pid, holder_pid) = (low.child.id(), holder.child.id());
-    let mut op = Operator::connect(&socket).expect("the operator connects");
-    wait_until_held(&mut op, holder_pid, low_pid);
 
     low.send("go");
     low.expect("@blocked");
@@ -115,11 +129,7 @@ fn launches_held_by_a_suspension_are_waited_for_without_inversion_or_deadlock() 
     }
     low.send("check");
     low.expect("@checked");
-
-    holder.send("release");
-    holder.finish();
-    low.send("finish");
-    let o = low.finish();
+    let o = release(holder, low);
     assert!(o.buffered >= 2, "{}: nothing was buffered", o.label);
     o.log.assert_in_order(&[1, 2, 3]);
     o.log.assert_before(3, 4);
