@@ -18,6 +18,7 @@ pub mod nvidia;
 pub mod placement;
 #[cfg(feature = "reference")]
 pub mod reference;
+pub mod sync_events;
 
 pub use xpreempt_types::{Command, Launched, Level, Seq};
 

@@ -321,12 +321,7 @@ impl CudaQueue {
             return;
         }
         g.completed = g.completed.max(mark);
-        while let Some(&(m, ev)) = g.sync.front()
-            && m <= mark
-        {
-            g.sync.pop_front();
-            g.free_events.push(ev);
-        }
+        xpreempt_hal::sync_events::retire_reached(&mut g.sync, &mut g.free_events, mark);
         let done = g.completed;
         g.flight.retire_below(done);
     }

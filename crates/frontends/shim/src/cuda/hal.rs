@@ -300,12 +300,7 @@ impl StreamHal {
             return;
         }
         g.completed = g.completed.max(m);
-        while let Some(&(w, ev)) = g.sync.front()
-            && w <= m
-        {
-            g.sync.pop_front();
-            g.free.push(ev);
-        }
+        xpreempt_hal::sync_events::retire_reached(&mut g.sync, &mut g.free, m);
     }
 }
 
