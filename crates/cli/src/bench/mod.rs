@@ -75,6 +75,10 @@ enum What {
         out: Option<PathBuf>,
         #[arg(long)]
         svg: Option<PathBuf>,
+        /// Directory for each side's timestamps on one clock (LC request start and end, the BE
+        /// queue's stops, restarts and settles), for `bench/lcbe-marks.py`.
+        #[arg(long)]
+        marks: Option<PathBuf>,
     },
     /// Lv3 check: progress of this process against a busy BE process, with its own timeslice at
     /// default, minimum, default (needs LD_PRELOAD=libxpreempt_shim.so).
@@ -124,7 +128,12 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             shim,
             out: o,
             svg: s,
+            marks,
         } => {
+            if let Some(dir) = marks {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating --marks {}", dir.display()))?;
+            }
             let p = LcbeParams {
                 device: args.device,
                 block_us: *block_us,
@@ -133,6 +142,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
                 secs: *secs,
                 label: label.clone(),
                 shim: shim.clone(),
+                marks: marks.clone(),
             };
             lcbe::lcbe(out, &p, scenarios, o.as_deref(), s.as_deref())
         }
@@ -280,6 +290,7 @@ fn lv3_probe(out: &Output, device: i32, window_ms: u64, o: Option<&Path>) -> Res
         secs: 30.0,
         label: String::new(),
         shim: None,
+        marks: None,
     };
     let be = be_spec(&p, None, 0, false);
     // The BE process runs without the shim (Kid::role drops LD_PRELOAD): only this one changes

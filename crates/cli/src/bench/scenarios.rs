@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use xpreempt_bench::roles::{BeSpec, LcSpec};
 use xpreempt_core::Level;
@@ -38,6 +38,8 @@ pub(super) struct LcbeParams {
     pub(super) secs: f64,
     pub(super) label: String,
     pub(super) shim: Option<PathBuf>,
+    /// Each side writes its marks here as `<scenario>-lc.json` / `<scenario>-be.json`.
+    pub(super) marks: Option<PathBuf>,
 }
 
 impl LcbeParams {
@@ -146,6 +148,7 @@ pub(super) fn be_spec(p: &LcbeParams, level: Option<Level>, prio: i32, guarded: 
         static_timeslice_us: None,
         max_secs: p.secs + 30.0,
         agent: None,
+        marks: None,
     }
 }
 
@@ -162,6 +165,7 @@ fn lc_spec(p: &LcbeParams, prio: i32, signal: bool) -> LcSpec {
         timeslice_us: None,
         alone: false,
         agent: None,
+        marks: None,
     }
 }
 
@@ -185,7 +189,34 @@ pub(super) enum Plan {
     },
 }
 
+impl Plan {
+    /// Points each side's marks at `dir`, named after the scenario.
+    fn mark_into(&mut self, dir: &Path, name: &str) {
+        let file = |side: &str| Some(dir.join(format!("{name}-{side}.json")));
+        let (be, lc) = match self {
+            Plan::OneProc(be, lc) => (be.as_mut(), lc.as_mut()),
+            Plan::Sched(be, lc) => (Some(be), Some(lc)),
+            Plan::TwoProc { be, lc, .. } => (Some(be), Some(lc)),
+            Plan::Daemon { be, lc, .. } => (be.as_mut(), Some(lc)),
+        };
+        if let Some(be) = be {
+            be.marks = file("be");
+        }
+        if let Some(lc) = lc {
+            lc.marks = file("lc");
+        }
+    }
+}
+
 pub(super) fn plan(p: &LcbeParams, name: &str, greatest: i32, least: i32) -> Result<Plan> {
+    let mut plan = scenario(p, name, greatest, least)?;
+    if let Some(dir) = &p.marks {
+        plan.mark_into(dir, name);
+    }
+    Ok(plan)
+}
+
+fn scenario(p: &LcbeParams, name: &str, greatest: i32, least: i32) -> Result<Plan> {
     let mut lc_alone = lc_spec(p, greatest, false);
     lc_alone.alone = true;
     let daemon_pair = |be_prio: i32, lc_prio: i32, sharing: Sharing| Plan::Daemon {
@@ -302,6 +333,7 @@ mod tests {
             secs: 1.0,
             label: String::new(),
             shim: None,
+            marks: None,
         }
     }
 

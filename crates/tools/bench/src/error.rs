@@ -46,6 +46,12 @@ pub enum BenchError {
     LostDaemon,
     #[error("the BE side failed before it started (see its error)")]
     BeGaveUp,
+    #[error("{what}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("invalid benchmark spec: {0}")]
     Spec(String),
 }

@@ -3,7 +3,7 @@
 //! stream of the SAME priority (so hardware priorities do not help). Measured: suspend call →
 //! probe complete (the GPU was free for the other queue), and suspend → `settled`.
 
-use crate::queue::QueueSpec;
+use crate::queue::{BenchQueue, QueueSpec};
 use crate::requests::Arrivals;
 use crate::roles::Feed;
 use crate::{BenchError, Env, Result, Shape, Summary};
@@ -11,10 +11,9 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::time::{Duration, Instant};
-use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
+use xpreempt_core::xqueue::threaded::Preemptible;
 use xpreempt_core::{HwQueue, Level, QueueId};
 use xpreempt_cuda::native::{Event, Stream};
-use xpreempt_cuda::queue::CudaQueue;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct LatencyPoint {
@@ -56,7 +55,7 @@ pub fn measure(
     let guarded = level == Some(Level::Lv2);
     let k = env.kernel(Shape::Spin, guarded, blocks, block_us, 0, 0)?;
     let stop = AtomicBool::new(false);
-    let xq: Option<Arc<SharedXQueue<CudaQueue>>> = match level {
+    let xq: Option<Arc<BenchQueue>> = match level {
         None => None,
         Some(level) => Some(
             QueueSpec {
@@ -65,7 +64,7 @@ pub fn measure(
                 threshold: 4,
                 batch: 2,
             }
-            .local(env, QueueId(1), None)?,
+            .local(env, QueueId(1), None, None)?,
         ),
     };
     std::thread::scope(|sc| {
@@ -107,7 +106,7 @@ pub fn measure(
 fn probe_loop(
     env: &Env,
     level: Option<Level>,
-    xq: Option<&SharedXQueue<CudaQueue>>,
+    xq: Option<&BenchQueue>,
     trials: usize,
     probe_stream: &Stream,
 ) -> Result<(Vec<f64>, Vec<f64>)> {

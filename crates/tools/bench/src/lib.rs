@@ -8,6 +8,7 @@ pub mod control;
 pub mod error;
 pub mod latency;
 pub mod lv3probe;
+pub mod marks;
 pub mod queue;
 pub mod requests;
 pub mod roles;

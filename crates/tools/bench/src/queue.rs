@@ -3,6 +3,7 @@
 //! `xpreemptd` through a global-mode agent. BE, LC and the latency probe's victim all come from
 //! a [`QueueSpec`], so the scenarios differ only in who suspends the queue.
 
+use crate::marks::{Marked, Marks};
 use crate::{BenchError, Env, Result};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -16,6 +17,9 @@ use xpreempt_cuda::queue::{CudaQueue, CudaQueueConfig};
 /// worth, far above any benchmark kernel.
 const MAX_UNITS: u32 = 1 << 21;
 
+/// Every benchmark queue: a CUDA queue whose stops can be marked (`--marks`).
+pub type BenchQueue = SharedXQueue<Marked<CudaQueue>>;
+
 /// The shape of one benchmark queue.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueueSpec {
@@ -28,8 +32,8 @@ pub struct QueueSpec {
 
 impl QueueSpec {
     /// The hardware queue alone, for a caller that wraps it itself (the agent).
-    pub fn hal(&self, env: &Env) -> Result<CudaQueue> {
-        Ok(CudaQueue::new(
+    pub fn hal(&self, env: &Env, marks: Option<Arc<Marks>>) -> Result<Marked<CudaQueue>> {
+        let q = CudaQueue::new(
             env.device.clone(),
             CudaQueueConfig {
                 level: self.level,
@@ -39,7 +43,8 @@ impl QueueSpec {
                 slots: 2 * self.threshold + 2,
                 max_units: MAX_UNITS,
             },
-        )?)
+        )?;
+        Ok(Marked::new(q, marks))
     }
 
     pub fn config(&self) -> Result<QueueConfig> {
@@ -53,8 +58,9 @@ impl QueueSpec {
         env: &Env,
         id: QueueId,
         sink: Option<EventSink>,
-    ) -> Result<Arc<SharedXQueue<CudaQueue>>> {
-        let hal = self.hal(env)?;
+        marks: Option<Arc<Marks>>,
+    ) -> Result<Arc<BenchQueue>> {
+        let hal = self.hal(env, marks)?;
         let hw = hal.max_level();
         Ok(Arc::new(SharedXQueue::new(
             XQueue::new(id, self.config()?, hw),
@@ -71,7 +77,8 @@ impl QueueSpec {
         agent: &Agent,
         priority: i32,
         latency_critical: bool,
-    ) -> Result<Arc<SharedXQueue<CudaQueue>>> {
+        marks: Option<Arc<Marks>>,
+    ) -> Result<Arc<BenchQueue>> {
         let decl = Declaration {
             device: env.device.ordinal as u32,
             priority,
@@ -82,7 +89,7 @@ impl QueueSpec {
             interleave: None,
             level: self.level,
         };
-        Ok(agent.queue(decl, self.config()?, self.hal(env)?)?)
+        Ok(agent.queue(decl, self.config()?, self.hal(env, marks)?)?)
     }
 }
 
@@ -117,10 +124,11 @@ impl AgentSpec {
         env: &Env,
         qs: &QueueSpec,
         latency_critical: bool,
-        work: impl FnOnce(&SharedXQueue<CudaQueue>) -> Result<T>,
+        marks: Option<Arc<Marks>>,
+        work: impl FnOnce(&BenchQueue) -> Result<T>,
     ) -> Result<T> {
         let agent = self.connect(name)?;
-        let q = qs.with_agent(env, &agent, self.priority, latency_critical)?;
+        let q = qs.with_agent(env, &agent, self.priority, latency_critical, marks)?;
         let r = work(&q);
         let remote = agent.is_remote();
         agent.remove(q.id());

@@ -3,15 +3,15 @@
 //! variants differ only in how a request reaches the GPU.
 
 use crate::control::Control;
+use crate::marks::{Marks, What};
+use crate::queue::BenchQueue;
 use crate::roles::LcSpec;
 use crate::{BenchError, Result, Summary};
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 use xpreempt_core::Command;
-use xpreempt_core::xqueue::threaded::SharedXQueue;
 use xpreempt_cuda::Kernel;
 use xpreempt_cuda::native::Stream;
-use xpreempt_cuda::queue::CudaQueue;
 
 /// Requests sent before measuring: the first launches pay for module loading and stream setup.
 const WARMUP: usize = 5;
@@ -61,16 +61,24 @@ pub enum LcTarget<'a> {
     /// Native launches on a stream of this process.
     Stream(Stream),
     /// Through an XQueue (local, under the local scheduler, or registered with the daemon).
-    Queue(&'a SharedXQueue<CudaQueue>),
+    Queue(&'a BenchQueue),
 }
 
 impl LcTarget<'_> {
-    /// One request: `n` launches of `k`, complete when the last one is.
-    pub fn request(&self, k: &Kernel, n: u32) -> Result<()> {
+    /// One request: `n` launches of `k`, complete when the last one is. A plain stream's
+    /// launches are marked here (a queue's, by its hardware queue).
+    pub fn request(&self, k: &Kernel, n: u32, marks: Option<&Marks>) -> Result<()> {
         match self {
             LcTarget::Stream(s) => {
+                let mark = |what| {
+                    if let Some(m) = marks {
+                        m.mark(what)
+                    }
+                };
                 for _ in 0..n {
+                    mark(What::Launch);
                     s.launch(k)?;
+                    mark(What::LaunchEnd);
                 }
                 Ok(s.sync()?)
             }
@@ -97,6 +105,7 @@ impl LcTarget<'_> {
 pub fn request_loop(
     spec: &LcSpec,
     ctl: &Control,
+    marks: Option<&Marks>,
     mut request: impl FnMut() -> Result<()>,
 ) -> Result<Summary> {
     spec.validate()?;
@@ -116,9 +125,16 @@ pub fn request_loop(
             if spec.signal {
                 ctl.lc_active.store(1, Release);
             }
+            let mark = |what| {
+                if let Some(m) = marks {
+                    m.mark(what)
+                }
+            };
+            mark(What::RequestStart);
             let t0 = Instant::now();
             request()?;
             lat.push(t0.elapsed().as_secs_f64() * 1e6);
+            mark(What::RequestEnd);
             if spec.signal {
                 ctl.lc_active.store(0, Release);
             }
@@ -147,6 +163,7 @@ mod tests {
             timeslice_us: None,
             alone: true,
             agent: None,
+            marks: None,
         }
     }
 
@@ -178,7 +195,7 @@ mod tests {
         // One request in ten takes 2 ms, the others 100 µs.
         let ctl = Control::default();
         let mut i = 0u32;
-        let s = request_loop(&spec(0.15, false), &ctl, || {
+        let s = request_loop(&spec(0.15, false), &ctl, None, || {
             i += 1;
             spin(if i.is_multiple_of(10) { 2000 } else { 100 });
             Ok(())
@@ -196,7 +213,7 @@ mod tests {
     fn signal_brackets_each_measured_request() {
         let ctl = Control::default();
         let mut seen = Vec::new();
-        request_loop(&spec(0.02, true), &ctl, || {
+        request_loop(&spec(0.02, true), &ctl, None, || {
             seen.push((ctl.phase.load(Acquire), ctl.lc_active.load(Acquire)));
             Ok(())
         })
@@ -211,7 +228,7 @@ mod tests {
     fn a_failed_request_ends_the_window_and_is_returned() {
         let ctl = Control::default();
         let mut calls = 0;
-        let r = request_loop(&spec(5.0, true), &ctl, || {
+        let r = request_loop(&spec(5.0, true), &ctl, None, || {
             calls += 1;
             if calls == WARMUP + 3 {
                 Err(BenchError::Panicked("synthetic"))
@@ -231,15 +248,18 @@ mod tests {
         let mut s = spec(0.01, false);
         s.gap_max_us = 1;
         assert!(matches!(
-            request_loop(&s, &ctl, || Ok(())),
+            request_loop(&s, &ctl, None, || Ok(())),
             Err(BenchError::Spec(_))
         ));
         for secs in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             let s = spec(secs, false);
-            assert!(request_loop(&s, &ctl, || Ok(())).is_err(), "secs {secs}");
+            assert!(
+                request_loop(&s, &ctl, None, || Ok(())).is_err(),
+                "secs {secs}"
+            );
         }
         let mut s = spec(0.01, false);
         s.kernels = 0;
-        assert!(request_loop(&s, &ctl, || Ok(())).is_err());
+        assert!(request_loop(&s, &ctl, None, || Ok(())).is_err());
     }
 }

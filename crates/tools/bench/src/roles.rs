@@ -4,18 +4,19 @@
 //! side whose spec names an agent).
 
 use crate::control::Control;
-use crate::queue::{AgentSpec, QueueSpec};
+use crate::marks::{self, Marks};
+use crate::queue::{AgentSpec, BenchQueue, QueueSpec};
 use crate::requests::{LcTarget, request_loop};
 use crate::{BenchError, Env, Result, Shape};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Instant;
-use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
+use xpreempt_core::xqueue::threaded::Preemptible;
 use xpreempt_core::{Command, HwQueue, Level, QueueId};
 use xpreempt_cuda::Kernel;
 use xpreempt_cuda::native::{Event, Stream};
-use xpreempt_cuda::queue::CudaQueue;
 use xpreempt_cuda::timeslice::Timeslice;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -39,6 +40,9 @@ pub struct BeSpec {
     /// Register the XQueue with `xpreemptd` through this process's agent.
     #[serde(default)]
     pub agent: Option<AgentSpec>,
+    /// Write the queue's marks (see [`crate::marks`]) to this file.
+    #[serde(default)]
+    pub marks: Option<PathBuf>,
 }
 
 impl BeSpec {
@@ -84,6 +88,9 @@ pub struct LcSpec {
     /// Submit through an XQueue registered with `xpreemptd` through this process's agent.
     #[serde(default)]
     pub agent: Option<AgentSpec>,
+    /// Write each request's start and end, and the queue's marks, to this file.
+    #[serde(default)]
+    pub marks: Option<PathBuf>,
 }
 
 impl LcSpec {
@@ -157,7 +164,7 @@ impl Feed<'_> {
     /// launch and `done` for each kernel seen complete.
     pub fn run(
         &self,
-        q: Option<&SharedXQueue<CudaQueue>>,
+        q: Option<&BenchQueue>,
         running: impl Fn() -> bool,
         mut launched: impl FnMut(),
         mut done: impl FnMut(),
@@ -204,7 +211,7 @@ impl Feed<'_> {
     }
 
     /// The run is over: whoever suspended the queue, let what it holds finish.
-    pub fn drain(q: &SharedXQueue<CudaQueue>) -> Result<()> {
+    pub fn drain(q: &BenchQueue) -> Result<()> {
         q.resume().ok();
         q.wait_all().map_err(BenchError::Wait)
     }
@@ -223,16 +230,17 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
         }
         None => None,
     };
+    let m = marks::wanted(spec.marks.as_deref());
     let r = match (spec.queue(), &spec.agent) {
         (None, None) => run_be_on(env, spec, ctl, None),
         (None, Some(_)) => Err(BenchError::Spec(
             "a BE side through the daemon needs an XQueue level".into(),
         )),
         (Some(qs), None) => qs
-            .local(env, QueueId(1), None)
+            .local(env, QueueId(1), None, m.clone())
             .and_then(|q| run_be_on(env, spec, ctl, Some(&q))),
         (Some(qs), Some(a)) => a
-            .run("xpreempt-bench-be", env, &qs, false, |q| {
+            .run("xpreempt-bench-be", env, &qs, false, m.clone(), |q| {
                 run_be_on(env, spec, ctl, Some(q))
             })
             .map(|mut r| {
@@ -244,6 +252,7 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
         // Ends the run for an LC side still waiting for this one to start.
         ctl.phase.store(2, Release);
     }
+    let r = r.and_then(|r| marks::save(spec.marks.as_deref(), m.as_deref()).map(|()| r));
     match static_ts {
         Some((t, us)) => {
             t.restore().ok();
@@ -266,7 +275,7 @@ pub fn run_be_on(
     env: &Env,
     spec: &BeSpec,
     ctl: &Control,
-    xq: Option<&SharedXQueue<CudaQueue>>,
+    xq: Option<&BenchQueue>,
 ) -> Result<BeResult> {
     env.device.bind()?;
     let meter = Meter {
@@ -330,12 +339,7 @@ pub fn run_be_on(
 /// The BE side's poller: applies suspend/resume as the LC side asks through `ctl.lc_active`
 /// (the benchmark's controller; never set on scheduler paths), and meters the measuring
 /// window. Returns units per second over the window.
-fn poll(
-    ctl: &Control,
-    xq: Option<&SharedXQueue<CudaQueue>>,
-    meter: &Meter,
-    stop: &AtomicBool,
-) -> f64 {
+fn poll(ctl: &Control, xq: Option<&BenchQueue>, meter: &Meter, stop: &AtomicBool) -> f64 {
     let mut suspended = false;
     let mut t1: Option<(Instant, u64)> = None;
     let mut rate = 0.0;
@@ -383,15 +387,22 @@ pub fn run_lc(env: &Env, spec: &LcSpec, ctl: &Control) -> Result<LcResult> {
         Some(us) => raise_timeslice(us),
         None => (None, None),
     };
+    let m = marks::wanted(spec.marks.as_deref());
     let r = match &spec.agent {
         None => {
             let s = Stream::new(&env.device, spec.stream_priority)?;
-            run_lc_on(env, spec, ctl, &LcTarget::Stream(s))
+            run_lc_on(env, spec, ctl, &LcTarget::Stream(s), m.as_deref())
         }
-        Some(a) => a.run("xpreempt-bench-lc", env, &spec.queue(), true, |q| {
-            run_lc_on(env, spec, ctl, &LcTarget::Queue(q))
-        }),
+        Some(a) => a.run(
+            "xpreempt-bench-lc",
+            env,
+            &spec.queue(),
+            true,
+            m.clone(),
+            |q| run_lc_on(env, spec, ctl, &LcTarget::Queue(q), m.as_deref()),
+        ),
     };
+    let r = r.and_then(|r| marks::save(spec.marks.as_deref(), m.as_deref()).map(|()| r));
     if let Some(t) = ts {
         t.restore().ok();
     }
@@ -399,11 +410,17 @@ pub fn run_lc(env: &Env, spec: &LcSpec, ctl: &Control) -> Result<LcResult> {
 }
 
 /// The LC request loop on `target`.
-pub fn run_lc_on(env: &Env, spec: &LcSpec, ctl: &Control, target: &LcTarget) -> Result<LcResult> {
+pub fn run_lc_on(
+    env: &Env,
+    spec: &LcSpec,
+    ctl: &Control,
+    target: &LcTarget,
+    marks: Option<&Marks>,
+) -> Result<LcResult> {
     env.device.bind()?;
     let k = env.lc_kernel(spec.blocks, spec.kernel_us)?;
     Ok(LcResult {
-        latency_us: request_loop(spec, ctl, || target.request(&k, spec.kernels))?,
+        latency_us: request_loop(spec, ctl, marks, || target.request(&k, spec.kernels, marks))?,
         timeslice_set: None,
     })
 }

@@ -5,16 +5,16 @@
 //! the queues and who suspends them differ.
 
 use crate::control::Control;
-use crate::queue::QueueSpec;
+use crate::marks;
+use crate::queue::{BenchQueue, QueueSpec};
 use crate::requests::LcTarget;
 use crate::roles::{BeResult, BeSpec, LcResult, LcSpec, run_be_on, run_lc_on};
 use crate::{BenchError, Env, Result};
 use std::sync::Arc;
 use xpreempt_core::sched::local::LocalScheduler;
 use xpreempt_core::sched::{QueueInfo, Scheduler};
-use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
+use xpreempt_core::xqueue::threaded::Preemptible;
 use xpreempt_core::{Level, QueueId, policy};
-use xpreempt_cuda::queue::CudaQueue;
 
 /// Scheduler priorities of the two sides: LC above BE.
 pub const BE_PRIORITY: i32 = 0;
@@ -29,8 +29,8 @@ pub fn run_sched_pair(
     env.device.bind()?;
     let sched = LocalScheduler::start(Scheduler::new(policy::by_name(policy_name)?))
         .map_err(BenchError::SchedulerStart)?;
-    let register = |qs: QueueSpec, id: u32, prio: i32| -> Result<Arc<SharedXQueue<CudaQueue>>> {
-        let q = qs.local(env, QueueId(id), Some(sched.sink()))?;
+    let register = |qs: QueueSpec, id: u32, prio: i32, marks| -> Result<Arc<BenchQueue>> {
+        let q = qs.local(env, QueueId(id), Some(sched.sink()), marks)?;
         sched.register(
             QueueInfo::new(QueueId(id), prio),
             q.clone() as Arc<dyn Preemptible>,
@@ -44,15 +44,21 @@ pub fn run_sched_pair(
         threshold: be.threshold,
         batch: be.batch,
     });
-    let be_q = register(be_qs, 0, BE_PRIORITY)?;
-    let lc_q = register(lc.queue(), 1, LC_PRIORITY)?;
+    let (be_marks, lc_marks) = (
+        marks::wanted(be.marks.as_deref()),
+        marks::wanted(lc.marks.as_deref()),
+    );
+    let be_q = register(be_qs, 0, BE_PRIORITY, be_marks.clone())?;
+    let lc_q = register(lc.queue(), 1, LC_PRIORITY, lc_marks.clone())?;
     let ctl = Control::default();
     let (lc_r, be_r) = std::thread::scope(|sc| {
         let be_h = sc.spawn(|| run_be_on(env, be, &ctl, Some(&be_q)));
-        let lc_r = run_lc_on(env, lc, &ctl, &LcTarget::Queue(&lc_q));
+        let lc_r = run_lc_on(env, lc, &ctl, &LcTarget::Queue(&lc_q), lc_marks.as_deref());
         let be_r = be_h.join().unwrap_or(Err(BenchError::Panicked("BE")));
         (lc_r, be_r)
     });
+    marks::save(be.marks.as_deref(), be_marks.as_deref())?;
+    marks::save(lc.marks.as_deref(), lc_marks.as_deref())?;
     let mut be_r = be_r?;
     be_r.level_used = be_r
         .level_used

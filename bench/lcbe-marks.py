@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Lines up the marks of `xpreempt bench lcbe --marks DIR` (both sides on CLOCK_MONOTONIC) and
+says, per scenario, where an LC request's time went: when the BE queue was told to stop
+relative to the request's start, how long the stop call took, how long the LC's first launch
+call took and what the LC did between its first two launches, when the stop was first seen
+settled, how often the BE queue was restarted and stopped again during one request, and when it
+was restarted after the request ended. All times in µs; quantiles over the measured requests,
+and the same for the slowest 1 % of them.
+
+usage: lcbe-marks.py DIR [--json OUT]
+"""
+
+import json
+import sys
+from bisect import bisect_left
+from pathlib import Path
+
+STOP = ("deactivate_start", "interrupt_start")
+STOP_END = ("deactivate_end", "interrupt_end")
+RESTART = ("reactivate_start", "restore_start")
+
+
+def load(path):
+    marks = json.loads(path.read_text())["marks"]
+    by = {}
+    for t, what in marks:
+        by.setdefault(what, []).append(t)
+    for v in by.values():
+        v.sort()
+    return by
+
+
+def first_in(times, lo, hi):
+    i = bisect_left(times, lo)
+    return times[i] if i < len(times) and times[i] <= hi else None
+
+
+def count_in(times, lo, hi):
+    return bisect_left(times, hi) - bisect_left(times, lo)
+
+
+def merged(by, names):
+    return sorted(t for n in names for t in by.get(n, []))
+
+
+def quantiles(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    q = lambda f: xs[min(len(xs) - 1, int(f * len(xs)))]
+    return {"n": len(xs), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99)}
+
+
+def scenario(lc, be):
+    starts, ends = lc.get("request_start", []), lc.get("request_end", [])
+    stops, stop_ends = merged(be, STOP), merged(be, STOP_END)
+    restarts, settles = merged(be, RESTART), be.get("settled", [])
+    launches, launch_ends = lc.get("launch", []), lc.get("launch_end", [])
+    rows = []
+    for s, e in zip(starts, ends):
+        # A stop made for this request: from just before it (the controller stops first) to its end.
+        stop = first_in(stops, s - 100_000, e)
+        row = {
+            "latency": (e - s) / 1e3,
+            "first_launch": None,
+            "launch_call": None,
+            "between_launches": None,
+            "stop_at": None,
+            "stop_call": None,
+            "settled_at": None,
+            "restarts_during": count_in(restarts, s, e),
+            "stops_during": count_in(stops, s, e),
+            "restart_after_end": None,
+        }
+        launch = first_in(launches, s, e)
+        if launch is not None:
+            row["first_launch"] = (launch - s) / 1e3
+            done = first_in(launch_ends, launch, e)
+            if done is not None:
+                row["launch_call"] = (done - launch) / 1e3
+                second = first_in(launches, done, e)
+                if second is not None:
+                    row["between_launches"] = (second - done) / 1e3
+        if stop is not None:
+            row["stop_at"] = (stop - s) / 1e3
+            end = first_in(stop_ends, stop, e + 10_000_000)
+            if end is not None:
+                row["stop_call"] = (end - stop) / 1e3
+            restart = first_in(restarts, stop, e + 10_000_000)
+            if restart is not None:
+                row["restart_after_end"] = (restart - e) / 1e3
+            # Seen settled before the restart (the watcher looks now and then, so this is late).
+            settled = first_in(settles, stop, restart or e + 10_000_000)
+            if settled is not None:
+                row["settled_at"] = (settled - s) / 1e3
+        rows.append(row)
+    if not rows:
+        return None
+    keys = [k for k in rows[0] if k != "latency"]
+    slow = sorted(rows, key=lambda r: r["latency"])[-max(1, len(rows) // 100):]
+    out = {"requests": len(rows), "latency": quantiles(r["latency"] for r in rows)}
+    out["no_stop_seen"] = sum(r["stop_at"] is None for r in rows)
+    out["flapped"] = sum(r["restarts_during"] > 0 for r in rows)
+    for k in keys:
+        out[k] = quantiles(r[k] for r in rows)
+    out["slowest_1pct"] = {k: quantiles(r[k] for r in slow) for k in ["latency"] + keys}
+    return out
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or args[0].startswith("-"):
+        sys.exit(__doc__)
+    d = Path(args[0])
+    json_out = args[args.index("--json") + 1] if "--json" in args else None
+    report = {}
+    for lc_path in sorted(d.glob("*-lc.json")):
+        name = lc_path.name[: -len("-lc.json")]
+        be_path = d / f"{name}-be.json"
+        lc = load(lc_path)
+        be = load(be_path) if be_path.exists() else {}
+        report[name] = scenario(lc, be)
+    if not report:
+        sys.exit(f"no *-lc.json marks in {d}")
+    fmt = lambda q: "-" if q is None else f"{q['p50']:.1f}/{q['p90']:.1f}/{q['p99']:.1f}"
+    for name, r in report.items():
+        if r is None:
+            print(f"{name}: no measured requests")
+            continue
+        print(f"{name}: {r['requests']} requests, no stop seen {r['no_stop_seen']}, "
+              f"restarted mid-request {r['flapped']}")
+        for k in ["latency", "first_launch", "launch_call", "between_launches", "stop_at", "stop_call", "settled_at",
+                  "restarts_during", "restart_after_end"]:
+            print(f"  {k:<18} p50/p90/p99 {fmt(r[k]):<24} slowest 1% {fmt(r['slowest_1pct'][k])}")
+    if json_out:
+        Path(json_out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+//! Timestamps on one clock across the processes of a scenario: each side records what it did
+//! (an LC request's start and end; what the BE queue's hardware was told, and when its stop
+//! settled) on `CLOCK_MONOTONIC`, so that a scenario's sides can be lined up afterwards to see
+//! where an LC request's time went. Off unless a scenario asks for them (`--marks`).
+
+use crate::{BenchError, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use xpreempt_hal::{Command, HalError, HwQueue, Launched, Level, Seq};
+
+/// Now on `CLOCK_MONOTONIC`, which every process of the machine shares.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec we own; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// What happened at a mark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum What {
+    RequestStart,
+    RequestEnd,
+    Launch,
+    LaunchEnd,
+    DeactivateStart,
+    DeactivateEnd,
+    ReactivateStart,
+    ReactivateEnd,
+    InterruptStart,
+    InterruptEnd,
+    RestoreStart,
+    RestoreEnd,
+    /// The first time a stop was seen to have taken effect (the hardware free of the queue).
+    Settled,
+}
+
+/// One side's marks, in the order they were taken.
+#[derive(Default)]
+pub struct Marks {
+    marks: Mutex<Vec<(u64, What)>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct File {
+    pid: u32,
+    marks: Vec<(u64, What)>,
+}
+
+impl Marks {
+    pub fn mark(&self, what: What) {
+        let t = now_ns();
+        self.marks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((t, what));
+    }
+
+    pub fn len(&self) -> usize {
+        self.marks.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the marks as JSON (`{"pid": …, "marks": [[ns, "what"], …]}`).
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let file = File {
+            pid: std::process::id(),
+            marks,
+        };
+        let text =
+            serde_json::to_string(&file).map_err(|e| BenchError::Spec(format!("marks: {e}")))?;
+        std::fs::write(path, text).map_err(|source| BenchError::Io {
+            what: format!("writing marks to {}", path.display()),
+            source,
+        })
+    }
+}
+
+/// Marks for a side whose spec names a file for them.
+pub fn wanted(path: Option<&Path>) -> Option<std::sync::Arc<Marks>> {
+    path.map(|_| std::sync::Arc::new(Marks::default()))
+}
+
+/// Writes `marks` to `path` where both are given.
+pub fn save(path: Option<&Path>, marks: Option<&Marks>) -> Result<()> {
+    match (path, marks) {
+        (Some(p), Some(m)) => m.write(p),
+        _ => Ok(()),
+    }
+}
+
+/// A hardware queue whose stop and restart calls are marked (when `marks` is set): the calls
+/// themselves, and when the stop was first seen settled.
+pub struct Marked<H> {
+    inner: H,
+    marks: Option<std::sync::Arc<Marks>>,
+    stopping: AtomicBool,
+}
+
+impl<H> Marked<H> {
+    pub fn new(inner: H, marks: Option<std::sync::Arc<Marks>>) -> Self {
+        Self {
+            inner,
+            marks,
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    pub fn inner(&self) -> &H {
+        &self.inner
+    }
+
+    fn mark(&self, what: What) {
+        if let Some(m) = &self.marks {
+            m.mark(what);
+        }
+    }
+
+    fn around<T>(&self, start: What, end: What, op: impl FnOnce() -> T) -> T {
+        self.mark(start);
+        let r = op();
+        self.mark(end);
+        r
+    }
+}
+
+impl<H: HwQueue> HwQueue for Marked<H> {
+    type Payload = H::Payload;
+
+    fn max_level(&self) -> Level {
+        self.inner.max_level()
+    }
+
+    fn launch(
+        &self,
+        seq: Seq,
+        command: &mut Command<Self::Payload>,
+        sync_point: bool,
+    ) -> std::result::Result<(), HalError> {
+        self.around(What::Launch, What::LaunchEnd, || {
+            self.inner.launch(seq, command, sync_point)
+        })
+    }
+
+    fn record_sync(&self) -> std::result::Result<(), HalError> {
+        self.inner.record_sync()
+    }
+
+    fn completed(&self) -> Seq {
+        self.inner.completed()
+    }
+
+    fn synchronize(&self, upto: Seq) -> std::result::Result<(), HalError> {
+        self.inner.synchronize(upto)
+    }
+
+    fn settled(&self) -> bool {
+        let settled = self.inner.settled();
+        if settled && self.stopping.swap(false, Ordering::SeqCst) {
+            self.mark(What::Settled);
+        }
+        settled
+    }
+
+    fn deactivate(&self) -> std::result::Result<(), HalError> {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.around(What::DeactivateStart, What::DeactivateEnd, || {
+            self.inner.deactivate()
+        })
+    }
+
+    fn reactivate(&self, log: &mut [Launched<Self::Payload>]) -> std::result::Result<(), HalError> {
+        self.stopping.store(false, Ordering::SeqCst);
+        self.around(What::ReactivateStart, What::ReactivateEnd, || {
+            self.inner.reactivate(log)
+        })
+    }
+
+    fn interrupt(&self) -> std::result::Result<(), HalError> {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.around(What::InterruptStart, What::InterruptEnd, || {
+            self.inner.interrupt()
+        })
+    }
+
+    fn restore(&self, log: &mut [Launched<Self::Payload>]) -> std::result::Result<(), HalError> {
+        self.stopping.store(false, Ordering::SeqCst);
+        self.around(What::RestoreStart, What::RestoreEnd, || {
+            self.inner.restore(log)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use xpreempt_hal::reference::RefDevice;
+
+    #[test]
+    fn stops_restarts_and_the_first_settle_are_marked_in_order() {
+        let marks = Arc::new(Marks::default());
+        let q = Marked::new(
+            RefDevice::new().create_queue(Level::Lv2),
+            Some(marks.clone()),
+        );
+        q.deactivate().ok();
+        assert!(q.settled() && q.settled());
+        q.reactivate(&mut []).ok();
+        let seen: Vec<What> = marks.marks.lock().unwrap().iter().map(|m| m.1).collect();
+        assert_eq!(
+            seen,
+            [
+                What::DeactivateStart,
+                What::DeactivateEnd,
+                What::Settled,
+                What::ReactivateStart,
+                What::ReactivateEnd
+            ],
+            "one settle per stop"
+        );
+        let times: Vec<u64> = marks.marks.lock().unwrap().iter().map(|m| m.0).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+        let dir = std::env::temp_dir().join(format!("xpreempt-marks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("be.json");
+        marks.write(&path).unwrap();
+        let back: File = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(back.marks.len(), 5);
+        assert_eq!(back.pid, std::process::id());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn unmarked_queues_record_nothing() {
+        let q = Marked::new(RefDevice::new().create_queue(Level::Lv2), None);
+        q.deactivate().ok();
+        assert!(q.settled());
+    }
+}
