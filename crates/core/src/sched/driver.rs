@@ -8,7 +8,7 @@
 use super::protocol::{Action, QueueInfo, QueueReport, SchedEvent};
 use super::scheduler::{SchedError, Scheduler};
 use crate::xqueue::QueueOpError;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use xpreempt_types::{Nanos, QueueId};
 
 /// What the driver may do to a queue, whatever its backend. Suspend and resume may change the
@@ -27,6 +27,8 @@ pub struct Driver<Q> {
     queues: BTreeMap<QueueId, Q>,
     /// The newest Ready/Idle generation applied per queue.
     generations: BTreeMap<QueueId, u64>,
+    /// Queues made ready by [`Driver::announce`] whose own Ready/Idle has not come yet.
+    announced: BTreeSet<QueueId>,
     /// Events that applying actions produced, still to decide on.
     work: Vec<SchedEvent>,
     actions: Vec<Action>,
@@ -38,6 +40,7 @@ impl<Q: QueueControl> Driver<Q> {
             scheduler,
             queues: BTreeMap::new(),
             generations: BTreeMap::new(),
+            announced: BTreeSet::new(),
             work: Vec::new(),
             actions: Vec::new(),
         }
@@ -92,7 +95,35 @@ impl<Q: QueueControl> Driver<Q> {
             tracing::debug!(%e, "unregister");
         }
         self.generations.remove(&id);
+        self.announced.remove(&id);
         self.queues.remove(&id)
+    }
+
+    /// A submission is about to reach `queue`: if the scheduler sees it idle, it is made ready
+    /// now, ahead of its own Ready, so that the queues it preempts stop while it launches.
+    pub fn announce(
+        &mut self,
+        queue: QueueId,
+        clock: &dyn Fn() -> Nanos,
+    ) -> Result<(), SchedError> {
+        if self.scheduler.is_active(queue) || !self.queues.contains_key(&queue) {
+            return Ok(());
+        }
+        self.announced.insert(queue);
+        self.dispatch(SchedEvent::Ready { queue, pending: 1 }, clock)
+    }
+
+    /// The announced submission failed and `queue` has no work: unless its own report came
+    /// meanwhile, it is idle again.
+    pub fn withdraw(
+        &mut self,
+        queue: QueueId,
+        clock: &dyn Fn() -> Nanos,
+    ) -> Result<(), SchedError> {
+        if !self.announced.remove(&queue) {
+            return Ok(());
+        }
+        self.dispatch(SchedEvent::Idle(queue), clock)
     }
 
     /// A queue's report. A Ready/Idle report older than one already applied is dropped.
@@ -184,6 +215,7 @@ impl<Q: QueueControl> Driver<Q> {
                 return None;
             }
             *last = generation;
+            self.announced.remove(&queue);
         }
         Some(report.event(queue))
     }

@@ -56,6 +56,24 @@ impl ReportSink for Sink {
     fn wants_work(&self) -> bool {
         self.wants_work.load(Ordering::Relaxed)
     }
+
+    /// The fast path of local mode: the Ready is decided before the launch, and what it
+    /// preempts (handed to the spinning preemption thread) stops while the launch goes on.
+    fn submitting(&self, queue: QueueId) {
+        if let Some(shared) = self.shared.upgrade()
+            && let Err(e) = shared.run(|d, clock| d.announce(queue, clock))
+        {
+            tracing::warn!(%e, "announcement ignored");
+        }
+    }
+
+    fn submit_failed(&self, queue: QueueId) {
+        if let Some(shared) = self.shared.upgrade()
+            && let Err(e) = shared.run(|d, clock| d.withdraw(queue, clock))
+        {
+            tracing::warn!(%e, "withdrawal ignored");
+        }
+    }
 }
 
 impl LocalScheduler {
@@ -229,27 +247,57 @@ fn run_preempter(shared: &Shared) {
 /// How long one spin of the preemption thread lasts before it looks whether it is still hot.
 const SPIN_SLICE: Duration = Duration::from_millis(1);
 
-/// Suspends the queues handed off, those the scheduler still wants suspended (a resume decided
-/// meanwhile wins), under the driver's lock like an inline suspension.
+/// Suspends the queues handed off that the scheduler still wants suspended. The hardware stop
+/// runs without the driver's lock, so that the reports of the queue that caused it (its Ready
+/// right after its first launch) do not wait for it; a resume decided meanwhile wins, since each
+/// queue is looked at again afterwards and resumed if it is now allowed to run.
 fn apply_handed_off(shared: &Shared) {
     let ids = shared.preempter.take();
     if ids.is_empty() {
         return;
     }
+    let todo: Vec<(QueueId, Arc<dyn Preemptible>)> = {
+        let d = shared.lock();
+        ids.into_iter()
+            .filter(|&id| !d.scheduler().is_allowed(id))
+            .filter_map(|id| d.queue(id).map(|q| (id, Arc::clone(&q.queue))))
+            .collect()
+    };
+    let done: Vec<_> = todo
+        .into_iter()
+        .map(|(id, q)| {
+            let r = Preemptible::suspend(&*q);
+            (id, q, r)
+        })
+        .collect();
     shared.run(|d, clock| {
-        for id in ids {
-            if d.scheduler().is_allowed(id) {
+        for (id, q, r) in done {
+            let report = match r {
+                Ok(report) => report,
+                Err(e) => {
+                    tracing::warn!(error = %e, "scheduler action failed");
+                    continue;
+                }
+            };
+            if let Some(report) = report
+                && let Err(e) = d.report(id, report, clock)
+            {
+                tracing::warn!(%e, "report after a suspension ignored");
+            }
+            if !d.scheduler().is_allowed(id) {
                 continue;
             }
-            let Some(q) = d.queue(id) else { continue };
-            match Preemptible::suspend(&*q.queue) {
+            // A resume was decided while the stop ran, and may have come before it.
+            match Preemptible::resume(&*q) {
                 Ok(Some(report)) => {
                     if let Err(e) = d.report(id, report, clock) {
-                        tracing::warn!(%e, "report after a suspension ignored");
+                        tracing::warn!(%e, "report after a resume ignored");
                     }
                 }
                 Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "scheduler action failed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "undoing a stop the scheduler no longer wants")
+                }
             }
         }
     });

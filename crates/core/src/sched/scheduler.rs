@@ -129,6 +129,11 @@ impl Scheduler {
         self.queues.get(&queue).is_some_and(|e| e.allowed)
     }
 
+    /// Whether the queue has work, as its reports (or an announcement) said.
+    pub fn is_active(&self, queue: QueueId) -> bool {
+        self.queues.get(&queue).is_some_and(|e| e.active)
+    }
+
     /// What the policy saw at the last decision.
     pub fn views(&self) -> &[QueueView] {
         &self.views

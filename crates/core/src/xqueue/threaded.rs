@@ -23,11 +23,17 @@ pub trait ReportSink: Send + Sync {
     /// on every submission, so it must be cheap.
     fn wants_work(&self) -> bool;
 
-    /// A submission is about to reach the queue, before its launch: a scheduler with a fast
-    /// path may act on the queue's coming Ready ahead of the report (global mode's agent stops
-    /// the queues it preempts). Called on every submission, so it must be cheap; the Ready (or
-    /// nothing, if the queue had work already) follows as usual.
+    /// A submission is about to reach a queue that may be idle, before its launch: a scheduler
+    /// may act on the queue's coming Ready ahead of the report (stop the queues it preempts
+    /// while the launch goes on). The Ready (or nothing, if the queue had work already) follows
+    /// as usual, or [`ReportSink::submit_failed`] if the submission did not happen.
     fn submitting(&self, queue: QueueId) {
+        let _ = queue;
+    }
+
+    /// The submission announced by `submitting` failed and left the queue without work: what
+    /// was done ahead of its Ready is to be undone.
+    fn submit_failed(&self, queue: QueueId) {
         let _ = queue;
     }
 }
@@ -70,6 +76,9 @@ struct Inner<H: HwQueue> {
     /// Wakes waiters in `wait` after every poll.
     progress: Condvar,
     refused: AtomicBool,
+    /// Whether the last Ready/Idle reported was Ready: submissions to a queue that may be idle
+    /// are announced to the sink ahead of their launch.
+    reported_active: AtomicBool,
     shutdown: AtomicBool,
     epoch: Instant,
     sink: Option<EventSink>,
@@ -103,6 +112,7 @@ where
             work: Condvar::new(),
             progress: Condvar::new(),
             refused: AtomicBool::new(false),
+            reported_active: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             epoch: Instant::now(),
             sink,
@@ -132,15 +142,32 @@ where
             self.inner.report(self.id, QueueReport::Retry);
             return Err(TrySubmitError::Busy(self.id, command));
         }
-        if let Some(sink) = &self.inner.sink {
-            sink.submitting(self.id);
-        }
+        let announced = match &self.inner.sink {
+            Some(sink) if !self.inner.reported_active.load(Ordering::Relaxed) => {
+                sink.submitting(self.id);
+                true
+            }
+            _ => false,
+        };
         let now = self.inner.now();
         let kind = command.op.kind();
         let (submitted, lingered) = {
             let mut q = self.inner.lock();
             let lingered = q.idle_due().is_some();
-            (q.submit(&self.inner.hal, command, now)?, lingered)
+            match q.submit(&self.inner.hal, command, now) {
+                Ok(s) => (s, lingered),
+                Err(e) => {
+                    let idle = q.is_idle();
+                    drop(q);
+                    if announced
+                        && idle
+                        && let Some(sink) = &self.inner.sink
+                    {
+                        sink.submit_failed(self.id);
+                    }
+                    return Err(e.into());
+                }
+            }
         };
         if self.inner.wants_work() {
             let seq = submitted.seq;
@@ -281,6 +308,7 @@ where
             q.poll(&self.inner.hal, now)?
         };
         self.inner.work.notify_one();
+        self.inner.mirror(report.as_ref());
         Ok(report)
     }
 
@@ -293,6 +321,7 @@ where
         };
         self.inner.work.notify_one();
         self.inner.progress.notify_all();
+        self.inner.mirror(report.as_ref());
         Ok(report)
     }
 
@@ -350,7 +379,17 @@ impl<H: HwQueue> Inner<H> {
         self.epoch.elapsed().as_nanos() as Nanos
     }
 
+    /// Keeps `reported_active` in line with a Ready/Idle about to reach the scheduler.
+    fn mirror(&self, report: Option<&QueueReport>) {
+        match report {
+            Some(QueueReport::Ready { .. }) => self.reported_active.store(true, Ordering::Relaxed),
+            Some(QueueReport::Idle { .. }) => self.reported_active.store(false, Ordering::Relaxed),
+            _ => {}
+        }
+    }
+
     fn report(&self, id: QueueId, report: QueueReport) {
+        self.mirror(Some(&report));
         if let Some(sink) = &self.sink {
             sink.report(id, report);
         }

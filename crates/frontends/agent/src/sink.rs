@@ -159,21 +159,43 @@ impl ReportSink for Sink {
     }
 
     /// The fast path: an idle queue with a board bit shows it has work before its first launch,
-    /// so the queues it preempts stop while the launch goes on.
+    /// so the queues it preempts stop while the launch goes on (locally: the local scheduler's
+    /// own fast path).
     fn submitting(&self, queue: QueueId) {
         let Some(inner) = self.0.upgrade() else {
             return;
         };
-        let Some(bit) = bit_of(&inner, queue) else {
+        let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
+        match &*mode {
+            Mode::Remote(conn) => {
+                if let Some(bit) = bit_of(&inner, queue)
+                    && let Some((board, _)) = &conn.board
+                    && let Some(slot) = conn.segment.slot(queue.0)
+                    && !is_active(slot.report.load(Ordering::SeqCst))
+                {
+                    board.announce(bit, true);
+                }
+            }
+            Mode::Local => inner.local_sink.submitting(queue),
+        }
+    }
+
+    /// The announced submission failed: the bit goes back to what the queue's report says.
+    fn submit_failed(&self, queue: QueueId) {
+        let Some(inner) = self.0.upgrade() else {
             return;
         };
         let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
-        if let Mode::Remote(conn) = &*mode
-            && let Some((board, _)) = &conn.board
-            && let Some(slot) = conn.segment.slot(queue.0)
-            && !is_active(slot.report.load(Ordering::SeqCst))
-        {
-            board.announce(bit, true);
+        match &*mode {
+            Mode::Remote(conn) => {
+                if let Some(bit) = bit_of(&inner, queue)
+                    && let Some((board, _)) = &conn.board
+                    && let Some(slot) = conn.segment.slot(queue.0)
+                {
+                    show_on_board(board, bit, &slot.report);
+                }
+            }
+            Mode::Local => inner.local_sink.submit_failed(queue),
         }
     }
 }
