@@ -9,6 +9,7 @@ export LD_LIBRARY_PATH=$NV:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export XPREEMPT_LOG=${XPREEMPT_LOG:-warn}
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/xp-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/xp-mps-log
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+[ -n "${CONN:-}" ] && export CUDA_DEVICE_MAX_CONNECTIONS=$CONN && echo "CUDA_DEVICE_MAX_CONNECTIONS=$CONN"
 nvidia-cuda-mps-control -d && echo "MPS daemon started"
 trap 'echo quit | nvidia-cuda-mps-control; finish' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv

@@ -24,6 +24,8 @@ struct ScenarioResult {
     label: String,
     persistent: bool,
     block_us: f64,
+    /// `CUDA_DEVICE_MAX_CONNECTIONS` as this run had it (unset: the driver's default).
+    max_connections: Option<String>,
     lc: Option<LcResult>,
     be: Option<BeResult>,
     lc_p50_norm: Option<f64>,
@@ -222,6 +224,17 @@ pub(super) fn lcbe(
 ) -> Result<()> {
     let names = parse_scenarios(p, scenarios)?;
     let e = env(p.device)?;
+    let max_connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
+    if xpreempt_cuda::mps::detect(&e.device) == xpreempt_cuda::mps::Sharing::MpsClient
+        && max_connections.is_none()
+    {
+        // `xpreempt run` sets it for its children; a bare benchmark run does not.
+        eprintln!(
+            "warning: under MPS without CUDA_DEVICE_MAX_CONNECTIONS: a process's streams may share a \
+             hardware queue, so a Lv2 flag can wait behind the BE's kernels (set it to 32, as \
+             `xpreempt run` does)"
+        );
+    }
     let mut results: Vec<ScenarioResult> = Vec::new();
     for name in &names {
         eprintln!("scenario {name} ...");
@@ -232,6 +245,7 @@ pub(super) fn lcbe(
             label: p.label.clone(),
             persistent: p.persistent,
             block_us: p.block_us,
+            max_connections: max_connections.clone(),
             ..Default::default()
         };
         match run_scenario(&e, p, name) {
