@@ -4,7 +4,8 @@ says, per scenario, where an LC request's time went: when the BE queue was told 
 relative to the request's start, how long the stop call took, how long the LC's first launch
 call took and what the LC did between its first two launches, when the stop was first seen
 settled, how often the BE queue was restarted and stopped again during one request, and when it
-was restarted after the request ended. All times in µs; quantiles over the measured requests,
+was restarted after the request ended, and (with XP_BENCH_GPU_ELAPSED=1, plain streams) the GPU's
+own duration of each request. All times in µs; quantiles over the measured requests,
 and the same for the slowest 1 % of them.
 
 usage: lcbe-marks.py DIR [--json OUT]
@@ -25,8 +26,9 @@ def load(path):
     by = {}
     for t, what in marks:
         by.setdefault(what, []).append(t)
-    for v in by.values():
-        v.sort()
+    for what, v in by.items():
+        if what != "gpu_elapsed":  # durations, one per request in order, not times
+            v.sort()
     return by
 
 
@@ -104,6 +106,9 @@ def scenario(lc, be):
     for k in keys:
         out[k] = quantiles(r[k] for r in rows)
     out["slowest_1pct"] = {k: quantiles(r[k] for r in slow) for k in ["latency"] + keys}
+    gpu = lc.get("gpu_elapsed", [])
+    if gpu:
+        out["gpu_elapsed"] = quantiles(v / 1e3 for v in gpu)
     return out
 
 
@@ -132,6 +137,8 @@ def main():
         for k in ["latency", "first_launch", "launch_call", "between_launches", "stop_at", "stop_call", "settled_at",
                   "restarts_during", "restart_after_end"]:
             print(f"  {k:<18} p50/p90/p99 {fmt(r[k]):<24} slowest 1% {fmt(r['slowest_1pct'][k])}")
+        if "gpu_elapsed" in r:
+            print(f"  {'gpu_elapsed':<18} p50/p90/p99 {fmt(r['gpu_elapsed'])}")
     if json_out:
         Path(json_out).write_text(json.dumps(report, indent=1))
 

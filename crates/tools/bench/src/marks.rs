@@ -39,6 +39,9 @@ pub enum What {
     RestoreEnd,
     /// The first time a stop was seen to have taken effect (the hardware free of the queue).
     Settled,
+    /// Not a time: the GPU's own duration (ns) of the request just ended, from timing events
+    /// around its launches (`XP_BENCH_GPU_ELAPSED=1`, plain streams only).
+    GpuElapsed,
 }
 
 /// One side's marks, in the order they were taken.
@@ -60,6 +63,14 @@ impl Marks {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((t, what));
+    }
+
+    /// A duration rather than a time (see [`What::GpuElapsed`]).
+    pub fn value(&self, what: What, v: u64) {
+        self.marks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((v, what));
     }
 
     pub fn len(&self) -> usize {
@@ -217,6 +228,7 @@ mod tests {
         q.deactivate().ok();
         assert!(q.settled() && q.settled());
         q.reactivate(&mut []).ok();
+        marks.value(What::GpuElapsed, 7);
         let seen: Vec<What> = marks.marks.lock().unwrap().iter().map(|m| m.1).collect();
         assert_eq!(
             seen,
@@ -225,18 +237,27 @@ mod tests {
                 What::DeactivateEnd,
                 What::Settled,
                 What::ReactivateStart,
-                What::ReactivateEnd
+                What::ReactivateEnd,
+                What::GpuElapsed
             ],
             "one settle per stop"
         );
-        let times: Vec<u64> = marks.marks.lock().unwrap().iter().map(|m| m.0).collect();
+        let times: Vec<u64> = marks.marks.lock().unwrap()[..5]
+            .iter()
+            .map(|m| m.0)
+            .collect();
         assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
         let dir = std::env::temp_dir().join(format!("xpreempt-marks-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("be.json");
         marks.write(&path).unwrap();
         let back: File = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        assert_eq!(back.marks.len(), 5);
+        assert_eq!(back.marks.len(), 6);
+        assert_eq!(
+            back.marks[5],
+            (7, What::GpuElapsed),
+            "a duration is kept as given"
+        );
         assert_eq!(back.pid, std::process::id());
         std::fs::remove_dir_all(&dir).ok();
     }

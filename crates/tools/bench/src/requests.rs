@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 use xpreempt_core::Command;
 use xpreempt_cuda::Kernel;
-use xpreempt_cuda::native::Stream;
+use xpreempt_cuda::native::{Event, Stream};
 
 /// Requests sent before measuring: the first launches pay for module loading and stream setup.
 const WARMUP: usize = 5;
@@ -58,8 +58,9 @@ impl Arrivals {
 
 /// Where the LC side's requests go.
 pub enum LcTarget<'a> {
-    /// Native launches on a stream of this process.
-    Stream(Stream),
+    /// Native launches on a stream of this process, with timing events around each request when
+    /// its GPU duration is marked.
+    Stream(Stream, Option<(Event, Event)>),
     /// Through an XQueue (local, under the local scheduler, or registered with the daemon).
     Queue(&'a BenchQueue),
 }
@@ -69,18 +70,28 @@ impl LcTarget<'_> {
     /// launches are marked here (a queue's, by its hardware queue).
     pub fn request(&self, k: &Kernel, n: u32, marks: Option<&Marks>) -> Result<()> {
         match self {
-            LcTarget::Stream(s) => {
+            LcTarget::Stream(s, timing) => {
                 let mark = |what| {
                     if let Some(m) = marks {
                         m.mark(what)
                     }
                 };
+                if let Some((a, _)) = timing {
+                    s.record(a)?;
+                }
                 for _ in 0..n {
                     mark(What::Launch);
                     s.launch(k)?;
                     mark(What::LaunchEnd);
                 }
-                Ok(s.sync()?)
+                if let Some((_, b)) = timing {
+                    s.record(b)?;
+                }
+                s.sync()?;
+                if let (Some((a, b)), Some(m)) = (timing, marks) {
+                    m.value(What::GpuElapsed, (b.elapsed_us(a)? * 1e3) as u64);
+                }
+                Ok(())
             }
             LcTarget::Queue(q) => {
                 let mut last = None;

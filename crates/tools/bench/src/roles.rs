@@ -391,7 +391,13 @@ pub fn run_lc(env: &Env, spec: &LcSpec, ctl: &Control) -> Result<LcResult> {
     let r = match &spec.agent {
         None => {
             let s = Stream::new(&env.device, spec.stream_priority)?;
-            run_lc_on(env, spec, ctl, &LcTarget::Stream(s), m.as_deref())
+            let timing = match (&m, std::env::var_os("XP_BENCH_GPU_ELAPSED")) {
+                (Some(_), Some(_)) => {
+                    Some((Event::timed(&env.device)?, Event::timed(&env.device)?))
+                }
+                _ => None,
+            };
+            run_lc_on(env, spec, ctl, &LcTarget::Stream(s, timing), m.as_deref())
         }
         Some(a) => a.run(
             "xpreempt-bench-lc",
