@@ -1,6 +1,9 @@
 //! Local mode end to end: threaded XQueues, the scheduler on its own thread, and the reference
 //! device whose virtual clock follows the wall clock.
 
+mod common;
+
+use common::{ThreadProbe, within};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -316,34 +319,6 @@ fn last_completion_of(seen: &[(QueueId, Work)]) -> Option<u64> {
     })
 }
 
-/// Records on which thread it was suspended.
-#[derive(Default)]
-struct ThreadProbe {
-    id: u32,
-    suspended_on: std::sync::Mutex<Vec<String>>,
-    suspended: AtomicBool,
-}
-
-impl Preemptible for ThreadProbe {
-    fn queue_id(&self) -> QueueId {
-        QueueId(self.id)
-    }
-    fn suspend(&self) -> Result<Option<QueueReport>, QueueOpError> {
-        let name = std::thread::current().name().unwrap_or("").to_string();
-        self.suspended_on.lock().unwrap().push(name);
-        self.suspended.store(true, Ordering::SeqCst);
-        Ok(None)
-    }
-    fn resume(&self) -> Result<Option<QueueReport>, QueueOpError> {
-        self.suspended.store(false, Ordering::SeqCst);
-        Ok(None)
-    }
-    fn stats(&self) -> xpreempt_core::stats::QueueStats {
-        xpreempt_core::stats::QueueStats::default()
-    }
-    fn set_refused(&self, _: bool) {}
-}
-
 #[test]
 fn once_preemptions_happen_the_spinning_preemption_thread_stops_the_low_queue() {
     let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
@@ -495,15 +470,4 @@ fn a_lingering_high_queue_keeps_the_low_one_stopped_across_a_short_gap_and_then_
     low.wait_all().unwrap();
     drop(clock);
     assert_eq!(low.hal().completed(), BE_KERNELS);
-}
-
-fn within(mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(2) {
-        if f() {
-            return true;
-        }
-        std::hint::spin_loop();
-    }
-    false
 }

@@ -13,6 +13,8 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "reference")]
+pub mod faulty;
 pub mod lv2;
 pub mod nvidia;
 pub mod placement;

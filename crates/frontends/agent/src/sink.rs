@@ -112,6 +112,33 @@ fn show_on_board(board: &Board, bit: u32, report: &AtomicU64) {
     }
 }
 
+impl Sink {
+    /// Connected: `remote` on the queue's board bit and report word, where it has a bit.
+    /// Unconnected: `local` on the local scheduler's sink.
+    fn on_board(
+        &self,
+        queue: QueueId,
+        local: impl FnOnce(&dyn ReportSink, QueueId),
+        remote: impl FnOnce(&Board, u32, &AtomicU64),
+    ) {
+        let Some(inner) = self.0.upgrade() else {
+            return;
+        };
+        let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
+        match &*mode {
+            Mode::Remote(conn) => {
+                if let Some(bit) = bit_of(&inner, queue)
+                    && let Some((board, _)) = &conn.board
+                    && let Some(slot) = conn.segment.slot(queue.0)
+                {
+                    remote(board, bit, &slot.report);
+                }
+            }
+            Mode::Local => local(&*inner.local_sink, queue),
+        }
+    }
+}
+
 impl ReportSink for Sink {
     fn report(&self, queue: QueueId, report: QueueReport) {
         let Some(inner) = self.0.upgrade() else {
@@ -162,40 +189,19 @@ impl ReportSink for Sink {
     /// so the queues it preempts stop while the launch goes on (locally: the local scheduler's
     /// own fast path).
     fn submitting(&self, queue: QueueId) {
-        let Some(inner) = self.0.upgrade() else {
-            return;
-        };
-        let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
-        match &*mode {
-            Mode::Remote(conn) => {
-                if let Some(bit) = bit_of(&inner, queue)
-                    && let Some((board, _)) = &conn.board
-                    && let Some(slot) = conn.segment.slot(queue.0)
-                    && !is_active(slot.report.load(Ordering::SeqCst))
-                {
+        self.on_board(
+            queue,
+            |s, q| s.submitting(q),
+            |board, bit, report| {
+                if !is_active(report.load(Ordering::SeqCst)) {
                     board.announce(bit, true);
                 }
-            }
-            Mode::Local => inner.local_sink.submitting(queue),
-        }
+            },
+        );
     }
 
     /// The announced submission failed: the bit goes back to what the queue's report says.
     fn submit_failed(&self, queue: QueueId) {
-        let Some(inner) = self.0.upgrade() else {
-            return;
-        };
-        let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
-        match &*mode {
-            Mode::Remote(conn) => {
-                if let Some(bit) = bit_of(&inner, queue)
-                    && let Some((board, _)) = &conn.board
-                    && let Some(slot) = conn.segment.slot(queue.0)
-                {
-                    show_on_board(board, bit, &slot.report);
-                }
-            }
-            Mode::Local => inner.local_sink.submit_failed(queue),
-        }
+        self.on_board(queue, |s, q| s.submit_failed(q), show_on_board);
     }
 }

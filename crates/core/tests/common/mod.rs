@@ -1,0 +1,54 @@
+//! Test doubles shared by the local-mode integration tests.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use xpreempt_core::QueueId;
+use xpreempt_core::sched::QueueReport;
+use xpreempt_core::xqueue::QueueOpError;
+use xpreempt_core::xqueue::threaded::Preemptible;
+
+/// A queue that records whether it is suspended and on which threads it was; its stops can be
+/// made slow (40 ms).
+#[derive(Default)]
+pub struct ThreadProbe {
+    pub id: u32,
+    pub suspended_on: Mutex<Vec<String>>,
+    pub suspended: AtomicBool,
+    pub slow_stop: AtomicBool,
+}
+
+impl Preemptible for ThreadProbe {
+    fn queue_id(&self) -> QueueId {
+        QueueId(self.id)
+    }
+    fn suspend(&self) -> Result<Option<QueueReport>, QueueOpError> {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        self.suspended_on.lock().unwrap().push(name);
+        if self.slow_stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(40));
+        }
+        self.suspended.store(true, Ordering::SeqCst);
+        Ok(None)
+    }
+    fn resume(&self) -> Result<Option<QueueReport>, QueueOpError> {
+        self.suspended.store(false, Ordering::SeqCst);
+        Ok(None)
+    }
+    fn stats(&self) -> xpreempt_core::stats::QueueStats {
+        xpreempt_core::stats::QueueStats::default()
+    }
+    fn set_refused(&self, _: bool) {}
+}
+
+/// Whether `f` holds within 2 s.
+pub fn within(mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        if f() {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    false
+}
