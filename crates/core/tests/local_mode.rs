@@ -5,12 +5,11 @@ mod common;
 
 use common::{ThreadProbe, within};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use xpreempt_core::sched::QueueReport;
 use xpreempt_core::sched::local::LocalScheduler;
 use xpreempt_core::sched::{Hooks, QueueInfo, Scheduler, Work};
-use xpreempt_core::xqueue::QueueOpError;
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue, TrySubmitError};
 use xpreempt_core::{
     Command, CommandProps, HwQueue, Level, OpKind, QueueConfig, QueueId, XQueue, policy,
@@ -140,45 +139,13 @@ fn the_timer_thread_rotates_round_robin_turns() {
     assert!(sched.stats().checks > 10);
 }
 
-/// Records what the scheduler does to it.
-#[derive(Default)]
-struct Probe {
-    id: u32,
-    suspended: AtomicBool,
-    refused: AtomicBool,
-}
-
-impl Preemptible for Probe {
-    fn queue_id(&self) -> QueueId {
-        QueueId(self.id)
-    }
-    fn suspend(&self) -> Result<Option<QueueReport>, QueueOpError> {
-        self.suspended.store(true, Ordering::Relaxed);
-        Ok(None)
-    }
-    fn resume(&self) -> Result<Option<QueueReport>, QueueOpError> {
-        self.suspended.store(false, Ordering::Relaxed);
-        Ok(None)
-    }
-    fn stats(&self) -> xpreempt_core::stats::QueueStats {
-        xpreempt_core::stats::QueueStats::default()
-    }
-
-    fn set_refused(&self, refused: bool) {
-        self.refused.store(refused, Ordering::Relaxed);
-    }
-}
-
 #[test]
 fn a_report_that_arrives_after_a_newer_one_is_ignored() {
     let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
-    let low = Arc::new(Probe {
-        id: 0,
-        ..Probe::default()
-    });
-    let high = Arc::new(Probe {
+    let low = Arc::new(ThreadProbe::default());
+    let high = Arc::new(ThreadProbe {
         id: 1,
-        ..Probe::default()
+        ..ThreadProbe::default()
     });
     sched
         .register(QueueInfo::new(QueueId(0), 1), low.clone())
