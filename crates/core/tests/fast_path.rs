@@ -12,7 +12,8 @@ use xpreempt_core::sched::local::LocalScheduler;
 use xpreempt_core::sched::{QueueInfo, QueueReport, Scheduler};
 use xpreempt_core::xqueue::threaded::{SharedXQueue, TrySubmitError};
 use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId, XQueue, policy};
-use xpreempt_hal::faulty::Faulty;
+use xpreempt_hal::faulty::Faults;
+use xpreempt_hal::observed::Observed;
 use xpreempt_hal::reference::{RefDevice, RefKernel, RefQueue, WallClock};
 
 fn kernel() -> Command<RefKernel> {
@@ -24,7 +25,7 @@ fn kernel() -> Command<RefKernel> {
 }
 
 /// The high queue's hardware, noting at each launch whether the low queue was already stopped.
-type Probe = Faulty<RefQueue>;
+type Probe = Observed<RefQueue, Faults>;
 type Seen = Arc<Mutex<Vec<bool>>>;
 
 /// A busy low queue and an idle high one, under a scheduler whose suspensions run inline (so
@@ -50,11 +51,12 @@ fn setup(fail_next: u32) -> (Harness, Arc<ThreadProbe>, Arc<SharedXQueue<Probe>>
     let clock = WallClock::start(&dev);
     let seen = Seen::default();
     let (watched, noted) = (low.clone(), seen.clone());
-    let probe = Faulty::new(dev.create_queue(Level::Lv2)).before_launch(move || {
+    let faults = Faults::default().before_launch(move || {
         let stopped = watched.suspended.load(Ordering::SeqCst);
         noted.lock().unwrap().push(stopped);
     });
-    probe.fail_next(fail_next);
+    faults.fail_next(fail_next);
+    let probe = Observed::new(dev.create_queue(Level::Lv2), faults);
     let config = QueueConfig::new(4, 2, Level::Lv2).unwrap();
     let high = Arc::new(SharedXQueue::new(
         XQueue::new(QueueId(1), config, probe.max_level()),

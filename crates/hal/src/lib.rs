@@ -17,6 +17,7 @@ pub mod conformance;
 pub mod faulty;
 pub mod lv2;
 pub mod nvidia;
+pub mod observed;
 pub mod placement;
 #[cfg(feature = "reference")]
 pub mod reference;

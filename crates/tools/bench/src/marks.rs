@@ -6,9 +6,11 @@
 use crate::{BenchError, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use xpreempt_hal::{Command, HalError, HwQueue, Launched, Level, Seq};
+use xpreempt_hal::HalError;
+use xpreempt_hal::observed::{HalOp, Observed, Observer};
 
 /// Now on `CLOCK_MONOTONIC`, which every process of the machine shares.
 pub fn now_ns() -> u64 {
@@ -98,8 +100,8 @@ impl Marks {
 }
 
 /// Marks for a side whose spec names a file for them.
-pub fn wanted(path: Option<&Path>) -> Option<std::sync::Arc<Marks>> {
-    path.map(|_| std::sync::Arc::new(Marks::default()))
+pub fn wanted(path: Option<&Path>) -> Option<Arc<Marks>> {
+    path.map(|_| Arc::new(Marks::default()))
 }
 
 /// Writes `marks` to `path` where both are given.
@@ -110,118 +112,79 @@ pub fn save(path: Option<&Path>, marks: Option<&Marks>) -> Result<()> {
     }
 }
 
-/// A hardware queue whose stop and restart calls are marked (when `marks` is set): the calls
-/// themselves, and when the stop was first seen settled.
-pub struct Marked<H> {
-    inner: H,
-    marks: Option<std::sync::Arc<Marks>>,
+/// A hardware queue whose launches, stops and restarts are marked (when it has marks), and when
+/// a stop was first seen settled.
+pub type Marked<H> = Observed<H, MarkCalls>;
+
+pub fn marked<H>(inner: H, marks: Option<Arc<Marks>>) -> Marked<H> {
+    Observed::new(
+        inner,
+        MarkCalls {
+            marks,
+            stopping: AtomicBool::new(false),
+        },
+    )
+}
+
+pub struct MarkCalls {
+    marks: Option<Arc<Marks>>,
+    /// A stop was made and not yet seen settled (nor undone).
     stopping: AtomicBool,
 }
 
-impl<H> Marked<H> {
-    pub fn new(inner: H, marks: Option<std::sync::Arc<Marks>>) -> Self {
-        Self {
-            inner,
-            marks,
-            stopping: AtomicBool::new(false),
-        }
-    }
-
-    pub fn inner(&self) -> &H {
-        &self.inner
-    }
-
+impl MarkCalls {
     fn mark(&self, what: What) {
         if let Some(m) = &self.marks {
             m.mark(what);
         }
     }
-
-    fn around<T>(&self, start: What, end: What, op: impl FnOnce() -> T) -> T {
-        self.mark(start);
-        let r = op();
-        self.mark(end);
-        r
-    }
 }
 
-impl<H: HwQueue> HwQueue for Marked<H> {
-    type Payload = H::Payload;
-
-    fn max_level(&self) -> Level {
-        self.inner.max_level()
+impl Observer for MarkCalls {
+    fn before(&self, op: HalOp) -> std::result::Result<(), HalError> {
+        let start = match op {
+            HalOp::Launch => What::Launch,
+            HalOp::Deactivate => What::DeactivateStart,
+            HalOp::Reactivate => What::ReactivateStart,
+            HalOp::Interrupt => What::InterruptStart,
+            HalOp::Restore => What::RestoreStart,
+        };
+        match op {
+            HalOp::Deactivate | HalOp::Interrupt => self.stopping.store(true, Ordering::SeqCst),
+            HalOp::Reactivate | HalOp::Restore => self.stopping.store(false, Ordering::SeqCst),
+            HalOp::Launch => {}
+        }
+        self.mark(start);
+        Ok(())
     }
 
-    fn launch(
-        &self,
-        seq: Seq,
-        command: &mut Command<Self::Payload>,
-        sync_point: bool,
-    ) -> std::result::Result<(), HalError> {
-        self.around(What::Launch, What::LaunchEnd, || {
-            self.inner.launch(seq, command, sync_point)
-        })
+    fn after(&self, op: HalOp) {
+        self.mark(match op {
+            HalOp::Launch => What::LaunchEnd,
+            HalOp::Deactivate => What::DeactivateEnd,
+            HalOp::Reactivate => What::ReactivateEnd,
+            HalOp::Interrupt => What::InterruptEnd,
+            HalOp::Restore => What::RestoreEnd,
+        });
     }
 
-    fn record_sync(&self) -> std::result::Result<(), HalError> {
-        self.inner.record_sync()
-    }
-
-    fn completed(&self) -> Seq {
-        self.inner.completed()
-    }
-
-    fn synchronize(&self, upto: Seq) -> std::result::Result<(), HalError> {
-        self.inner.synchronize(upto)
-    }
-
-    fn settled(&self) -> bool {
-        let settled = self.inner.settled();
+    fn settled(&self, settled: bool) {
         if settled && self.stopping.swap(false, Ordering::SeqCst) {
             self.mark(What::Settled);
         }
-        settled
-    }
-
-    fn deactivate(&self) -> std::result::Result<(), HalError> {
-        self.stopping.store(true, Ordering::SeqCst);
-        self.around(What::DeactivateStart, What::DeactivateEnd, || {
-            self.inner.deactivate()
-        })
-    }
-
-    fn reactivate(&self, log: &mut [Launched<Self::Payload>]) -> std::result::Result<(), HalError> {
-        self.stopping.store(false, Ordering::SeqCst);
-        self.around(What::ReactivateStart, What::ReactivateEnd, || {
-            self.inner.reactivate(log)
-        })
-    }
-
-    fn interrupt(&self) -> std::result::Result<(), HalError> {
-        self.stopping.store(true, Ordering::SeqCst);
-        self.around(What::InterruptStart, What::InterruptEnd, || {
-            self.inner.interrupt()
-        })
-    }
-
-    fn restore(&self, log: &mut [Launched<Self::Payload>]) -> std::result::Result<(), HalError> {
-        self.stopping.store(false, Ordering::SeqCst);
-        self.around(What::RestoreStart, What::RestoreEnd, || {
-            self.inner.restore(log)
-        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use xpreempt_hal::reference::RefDevice;
+    use xpreempt_hal::{HwQueue, Level};
 
     #[test]
     fn stops_restarts_and_the_first_settle_are_marked_in_order() {
         let marks = Arc::new(Marks::default());
-        let q = Marked::new(
+        let q = marked(
             RefDevice::new().create_queue(Level::Lv2),
             Some(marks.clone()),
         );
@@ -264,7 +227,7 @@ mod tests {
 
     #[test]
     fn unmarked_queues_record_nothing() {
-        let q = Marked::new(RefDevice::new().create_queue(Level::Lv2), None);
+        let q = marked(RefDevice::new().create_queue(Level::Lv2), None);
         q.deactivate().ok();
         assert!(q.settled());
     }

@@ -3,7 +3,7 @@
 //! `xpreemptd` through a global-mode agent. BE, LC and the latency probe's victim all come from
 //! a [`QueueSpec`], so the scenarios differ only in who suspends the queue.
 
-use crate::marks::{Marked, Marks};
+use crate::marks::{Marked, Marks, marked};
 use crate::{BenchError, Env, Result};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -44,7 +44,7 @@ impl QueueSpec {
                 max_units: MAX_UNITS,
             },
         )?;
-        Ok(Marked::new(q, marks))
+        Ok(marked(q, marks))
     }
 
     pub fn config(&self) -> Result<QueueConfig> {
