@@ -42,14 +42,6 @@ impl<H, O> Observed<H, O> {
     pub fn new(inner: H, observer: O) -> Self {
         Self { inner, observer }
     }
-
-    pub fn inner(&self) -> &H {
-        &self.inner
-    }
-
-    pub fn observer(&self) -> &O {
-        &self.observer
-    }
 }
 
 impl<H: HwQueue, O: Observer> Observed<H, O> {

@@ -75,14 +75,6 @@ impl Marks {
             .push((v, what));
     }
 
-    pub fn len(&self) -> usize {
-        self.marks.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Writes the marks as JSON (`{"pid": …, "marks": [[ns, "what"], …]}`).
     pub fn write(&self, path: &Path) -> Result<()> {
         let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner()).clone();
