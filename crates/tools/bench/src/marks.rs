@@ -5,7 +5,7 @@
 
 use crate::{BenchError, Result};
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,9 +46,9 @@ pub enum What {
     GpuElapsed,
 }
 
-/// One side's marks, in the order they were taken.
-#[derive(Default)]
+/// One side's marks, in the order they were taken, and the file they go to.
 pub struct Marks {
+    path: PathBuf,
     marks: Mutex<Vec<(u64, What)>>,
 }
 
@@ -59,12 +59,18 @@ struct File {
 }
 
 impl Marks {
+    /// Marks for a side whose spec names a file for them.
+    pub fn wanted(path: Option<&Path>) -> Option<Arc<Marks>> {
+        path.map(|p| {
+            Arc::new(Marks {
+                path: p.to_path_buf(),
+                marks: Mutex::default(),
+            })
+        })
+    }
+
     pub fn mark(&self, what: What) {
-        let t = now_ns();
-        self.marks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((t, what));
+        self.value(what, now_ns());
     }
 
     /// A duration rather than a time (see [`What::GpuElapsed`]).
@@ -75,8 +81,9 @@ impl Marks {
             .push((v, what));
     }
 
-    /// Writes the marks as JSON (`{"pid": …, "marks": [[ns, "what"], …]}`).
-    pub fn write(&self, path: &Path) -> Result<()> {
+    /// Writes the marks to their file as JSON (`{"pid": …, "marks": [[ns, "what"], …]}`).
+    pub fn save(&self) -> Result<()> {
+        let path = &self.path;
         let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let file = File {
             pid: std::process::id(),
@@ -88,19 +95,6 @@ impl Marks {
             what: format!("writing marks to {}", path.display()),
             source,
         })
-    }
-}
-
-/// Marks for a side whose spec names a file for them.
-pub fn wanted(path: Option<&Path>) -> Option<Arc<Marks>> {
-    path.map(|_| Arc::new(Marks::default()))
-}
-
-/// Writes `marks` to `path` where both are given.
-pub fn save(path: Option<&Path>, marks: Option<&Marks>) -> Result<()> {
-    match (path, marks) {
-        (Some(p), Some(m)) => m.write(p),
-        _ => Ok(()),
     }
 }
 
@@ -175,7 +169,10 @@ mod tests {
 
     #[test]
     fn stops_restarts_and_the_first_settle_are_marked_in_order() {
-        let marks = Arc::new(Marks::default());
+        let dir = std::env::temp_dir().join(format!("xpreempt-marks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("be.json");
+        let marks = Marks::wanted(Some(&path)).unwrap();
         let q = marked(
             RefDevice::new().create_queue(Level::Lv2),
             Some(marks.clone()),
@@ -202,10 +199,7 @@ mod tests {
             .map(|m| m.0)
             .collect();
         assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
-        let dir = std::env::temp_dir().join(format!("xpreempt-marks-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("be.json");
-        marks.write(&path).unwrap();
+        marks.save().unwrap();
         let back: File = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(back.marks.len(), 6);
         assert_eq!(

@@ -4,7 +4,7 @@
 //! side whose spec names an agent).
 
 use crate::control::Control;
-use crate::marks::{self, Marks};
+use crate::marks::Marks;
 use crate::queue::{AgentSpec, BenchQueue, QueueSpec};
 use crate::requests::{LcTarget, request_loop};
 use crate::{BenchError, Env, Result, Shape};
@@ -230,7 +230,7 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
         }
         None => None,
     };
-    let m = marks::wanted(spec.marks.as_deref());
+    let m = Marks::wanted(spec.marks.as_deref());
     let r = match (spec.queue(), &spec.agent) {
         (None, None) => run_be_on(env, spec, ctl, None),
         (None, Some(_)) => Err(BenchError::Spec(
@@ -252,7 +252,7 @@ pub fn run_be(env: &Env, spec: &BeSpec, ctl: &Control) -> Result<BeResult> {
         // Ends the run for an LC side still waiting for this one to start.
         ctl.phase.store(2, Release);
     }
-    let r = r.and_then(|r| marks::save(spec.marks.as_deref(), m.as_deref()).map(|()| r));
+    let r = r.and_then(|r| m.as_ref().map_or(Ok(()), |m| m.save()).map(|()| r));
     match static_ts {
         Some((t, us)) => {
             t.restore().ok();
@@ -387,7 +387,7 @@ pub fn run_lc(env: &Env, spec: &LcSpec, ctl: &Control) -> Result<LcResult> {
         Some(us) => raise_timeslice(us),
         None => (None, None),
     };
-    let m = marks::wanted(spec.marks.as_deref());
+    let m = Marks::wanted(spec.marks.as_deref());
     let r = match &spec.agent {
         None => {
             let s = Stream::new(&env.device, spec.stream_priority)?;
@@ -408,7 +408,7 @@ pub fn run_lc(env: &Env, spec: &LcSpec, ctl: &Control) -> Result<LcResult> {
             |q| run_lc_on(env, spec, ctl, &LcTarget::Queue(q), m.as_deref()),
         ),
     };
-    let r = r.and_then(|r| marks::save(spec.marks.as_deref(), m.as_deref()).map(|()| r));
+    let r = r.and_then(|r| m.as_ref().map_or(Ok(()), |m| m.save()).map(|()| r));
     if let Some(t) = ts {
         t.restore().ok();
     }

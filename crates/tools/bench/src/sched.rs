@@ -5,7 +5,7 @@
 //! the queues and who suspends them differ.
 
 use crate::control::Control;
-use crate::marks;
+use crate::marks::Marks;
 use crate::queue::{BenchQueue, QueueSpec};
 use crate::requests::LcTarget;
 use crate::roles::{BeResult, BeSpec, LcResult, LcSpec, run_be_on, run_lc_on};
@@ -45,8 +45,8 @@ pub fn run_sched_pair(
         batch: be.batch,
     });
     let (be_marks, lc_marks) = (
-        marks::wanted(be.marks.as_deref()),
-        marks::wanted(lc.marks.as_deref()),
+        Marks::wanted(be.marks.as_deref()),
+        Marks::wanted(lc.marks.as_deref()),
     );
     let be_q = register(be_qs, 0, BE_PRIORITY, be_marks.clone())?;
     let lc_q = register(lc.queue(), 1, LC_PRIORITY, lc_marks.clone())?;
@@ -57,8 +57,9 @@ pub fn run_sched_pair(
         let be_r = be_h.join().unwrap_or(Err(BenchError::Panicked("BE")));
         (lc_r, be_r)
     });
-    marks::save(be.marks.as_deref(), be_marks.as_deref())?;
-    marks::save(lc.marks.as_deref(), lc_marks.as_deref())?;
+    for m in be_marks.iter().chain(&lc_marks) {
+        m.save()?;
+    }
     let mut be_r = be_r?;
     be_r.level_used = be_r
         .level_used
