@@ -83,11 +83,11 @@ impl Preempter {
     }
 
     /// The scheduler suspends a queue: the thread is to spin for `hot` from now; it starts at
-    /// once if it sleeps.
+    /// once if it sleeps (never, when it is never to spin: the wake-up would be for nothing).
     fn noted(&self) {
         self.last
             .store(self.epoch.elapsed().as_nanos() as u64, Ordering::SeqCst);
-        if !self.spinning.load(Ordering::SeqCst) {
+        if !self.hot.is_zero() && !self.spinning.load(Ordering::SeqCst) {
             self.wake();
         }
     }
@@ -141,5 +141,37 @@ impl QueueControl for LocalQueue {
 
     fn set_refused(&mut self, refused: bool) {
         Preemptible::set_refused(&*self.queue, refused);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether a thread parked for `nap` was woken early while `f` ran.
+    fn woke_early(nap: Duration, f: impl FnOnce(&Preempter)) -> bool {
+        let p = Preempter::new(Duration::ZERO);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            tx.send(()).ok();
+            let start = Instant::now();
+            std::thread::park_timeout(nap);
+            start.elapsed() < nap
+        });
+        p.set_thread(t.thread().clone());
+        rx.recv().ok();
+        std::thread::sleep(Duration::from_millis(20));
+        f(&p);
+        t.join().unwrap_or(true)
+    }
+
+    #[test]
+    fn a_preempter_that_never_spins_is_not_woken_by_suspensions() {
+        let nap = Duration::from_millis(300);
+        assert!(
+            woke_early(nap, |p| p.wake()),
+            "the probe must see a wake-up"
+        );
+        assert!(!woke_early(nap, |p| p.noted()));
     }
 }
