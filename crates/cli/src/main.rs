@@ -3,7 +3,7 @@
 //! errors too, as `{"error": "..."}` on stdout.
 
 mod bench;
-mod daemon_bench;
+mod cpu_bench;
 mod demo;
 mod ops;
 mod output;
@@ -56,10 +56,12 @@ enum Command {
     /// Change the priority of a process's queues (PID) or of one queue (q7).
     SetPriority(ops::SetPriority),
     /// Global mode's decision latency and the daemon's CPU use (no GPU needed).
-    BenchDaemon(daemon_bench::Args),
+    BenchDaemon(cpu_bench::daemon::Args),
+    /// What the stack adds to a latency-critical request, on a stand-in GPU (no GPU needed).
+    BenchRequest(cpu_bench::request::Args),
     /// A background client of `bench-daemon`.
     #[command(hide = true)]
-    BenchClient(daemon_bench::ClientArgs),
+    BenchClient(cpu_bench::daemon::ClientArgs),
     /// A live view of the daemon's queues (`--json`: one snapshot, then exit).
     Top(top::Args),
     /// Run an unmodified CUDA program under xpreempt (preloads the shim; exits with the
@@ -110,8 +112,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::List(conn) => ops::list(&out, &conn),
         Command::Stats(conn) => ops::stats(&out, &conn),
         Command::SetPriority(args) => ops::set_priority(&out, &args),
-        Command::BenchDaemon(args) => daemon_bench::run(&out, &args),
-        Command::BenchClient(args) => daemon_bench::client(&args),
+        Command::BenchDaemon(args) => cpu_bench::daemon::run(&out, &args),
+        Command::BenchRequest(args) => cpu_bench::request::run(&out, &args),
+        Command::BenchClient(args) => cpu_bench::daemon::client(&args),
         Command::Top(args) => top::run(&out, args),
         Command::Run(args) => run::run(&args),
     }

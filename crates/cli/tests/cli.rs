@@ -58,6 +58,14 @@ fn bad_input_gets_a_clear_error() {
             &["demo", "--policy", "lottery"][..],
             "unknown policy `lottery`; known policies: hpf",
         ),
+        (
+            &["bench-request", "--paths", "native,gpu"][..],
+            "unknown path \"gpu\" (known: native, queue",
+        ),
+        (
+            &["bench-request", "--launches", "0"][..],
+            "--requests and --launches must be at least 1",
+        ),
     ] {
         let o = xpreempt(args);
         assert!(!o.status.success(), "{args:?} succeeded");
@@ -71,4 +79,37 @@ fn bad_input_gets_a_clear_error() {
 fn a_huge_threshold_does_not_allocate_in_proportion() {
     let o = xpreempt(&["--json", "demo", "--threshold", "1000000000"]);
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn bench_request_runs_every_path_of_the_product() {
+    let o = xpreempt(&["--json", "bench-request", "--requests", "30"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let paths = v["paths"].as_array().unwrap();
+    let names: Vec<&str> = paths.iter().map(|p| p["path"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "native",
+            "queue",
+            "local-alone",
+            "local",
+            "daemon-alone",
+            "daemon"
+        ]
+    );
+    for p in paths {
+        assert_eq!(p["requests"], 30);
+        // Ten 5 µs stand-in kernels one after another: no request is done sooner.
+        assert!(p["request_us"]["p50"].as_f64().unwrap() >= 50.0, "{p}");
+        let with_be = p["path"] == "local" || p["path"] == "daemon";
+        assert_eq!(p["be_not_stopped"].is_number(), with_be, "{p}");
+    }
+    // In one process the scheduler stops the best-effort queue while the request runs.
+    let local = &paths[3];
+    assert_eq!(local["be_not_stopped"], 0, "{local}");
+    assert!(
+        local["be_stop_us"]["p50"].as_f64().unwrap() < local["request_us"]["p50"].as_f64().unwrap()
+    );
 }

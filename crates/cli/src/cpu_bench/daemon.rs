@@ -1,4 +1,4 @@
-//! `xpreempt bench daemon`: how long global mode takes to decide, on any machine (no GPU).
+//! `xpreempt bench-daemon`: how long global mode takes to decide, on any machine (no GPU).
 //!
 //! The measured path is the product's: a high-priority queue in one agent submits (its Ready goes
 //! into shared memory and rings the daemon), `xpreemptd` (a separate process) decides, and the
@@ -8,17 +8,18 @@
 //! separate processes whose queues (on another device, so they never preempt the measured pair)
 //! come and go with short bursts: they load the daemon with decisions of their own.
 
+use super::{
+    Busy, BusyHal, Daemon, Guard, Percentiles, Release, agent, command, decl, next_random, wait_for,
+};
 use crate::output::Output;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Proc, Stdio};
+use std::path::PathBuf;
+use std::process::{Command as Proc, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use xpreempt_agent::{Agent, Declaration, Options};
-use xpreempt_core::{Command, CommandProps, HalError, Hints, HwQueue, Level, QueueConfig, Seq};
-use xpreempt_hal::Launched;
+use xpreempt_core::{Command, HalError, HwQueue, Level, QueueConfig, Seq};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -61,78 +62,6 @@ struct Result_ {
     daemon_cpu_idle_pct: f64,
     daemon_cpu_load_pct: f64,
     path: &'static str,
-}
-
-#[derive(Serialize)]
-struct Percentiles {
-    p50: f64,
-    p99: f64,
-    p999: f64,
-    max: f64,
-}
-
-/// A hardware queue that never finishes its work (the low queue stays busy) and stamps the
-/// moment the scheduler stops it.
-#[derive(Default)]
-struct Busy {
-    launched: AtomicU64,
-    stopped_at: AtomicU64,
-    released: Mutex<bool>,
-    wake: Condvar,
-}
-
-struct BusyHal(Arc<Busy>, Instant);
-
-impl HwQueue for BusyHal {
-    type Payload = ();
-    fn max_level(&self) -> Level {
-        Level::Lv2
-    }
-    fn launch(&self, _: Seq, _: &mut Command<()>, _: bool) -> Result<(), HalError> {
-        self.0.launched.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-    fn record_sync(&self) -> Result<(), HalError> {
-        Ok(())
-    }
-    fn completed(&self) -> Seq {
-        if *self.0.released.lock().unwrap_or_else(|p| p.into_inner()) {
-            self.0.launched.load(Ordering::SeqCst)
-        } else {
-            0
-        }
-    }
-    fn synchronize(&self, _: Seq) -> Result<(), HalError> {
-        // Blocks the completion watcher (no polling) until the run ends.
-        let mut released = self.0.released.lock().unwrap_or_else(|p| p.into_inner());
-        while !*released {
-            released = self
-                .0
-                .wake
-                .wait(released)
-                .unwrap_or_else(|p| p.into_inner());
-        }
-        Ok(())
-    }
-    fn deactivate(&self) -> Result<(), HalError> {
-        self.0
-            .stopped_at
-            .store(self.1.elapsed().as_nanos() as u64, Ordering::SeqCst);
-        Ok(())
-    }
-    fn reactivate(&self, _: &mut [Launched<()>]) -> Result<(), HalError> {
-        Ok(())
-    }
-}
-
-/// Ends the busy queue's work when dropped.
-struct Release(Arc<Busy>);
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        *self.0.released.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.0.wake.notify_all();
-    }
 }
 
 /// A hardware queue whose commands complete when the benchmark says so: the high queue stays
@@ -236,67 +165,19 @@ impl HwQueue for Timed {
     }
 }
 
-fn decl(device: u32, priority: i32, level: Level) -> Declaration {
-    Declaration {
-        device,
-        priority,
-        hints: Hints::default(),
-        interleave: None,
-        level,
-    }
-}
-
-fn agent(socket: &Path, name: &str, spin_us: u64, hot_us: u64) -> Result<Agent> {
-    let a = Agent::start(Options {
-        socket: socket.to_path_buf(),
-        name: name.into(),
-        spin: Duration::from_micros(spin_us),
-        hot: Duration::from_micros(hot_us),
-        ..Options::default()
-    })?;
-    if !a.is_remote() {
-        bail!(
-            "the agent could not reach the daemon at {}",
-            socket.display()
-        );
-    }
-    Ok(a)
-}
-
-fn command() -> Command<()> {
-    Command::kernel(()).with_props(CommandProps::new(false, true, false))
-}
-
 pub fn run(out: &Output, args: &Args) -> Result<()> {
     if args.clients < 2 || args.samples == 0 {
         bail!("--clients must be at least 2 and --samples at least 1");
     }
-    let dir = std::env::temp_dir().join(format!("xpreempt-bench-daemon-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let socket = dir.join("xpreempt.sock");
-    let exe = std::env::current_exe()?;
-    let mut daemon = Proc::new(&exe);
-    daemon.args(["daemon", "--spin-us", &args.spin_us.to_string()]);
+    let spin = args.spin_us.to_string();
+    let mut extra = vec!["--spin-us", spin.as_str()];
     if args.no_fast_path {
-        daemon.arg("--no-fast-path");
+        extra.push("--no-fast-path");
     }
-    let mut daemon = Guard(
-        daemon
-            .arg("--socket")
-            .arg(&socket)
-            .env("XPREEMPT_LOG", "warn")
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting the daemon")?,
-    );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        if Instant::now() > deadline {
-            bail!("the daemon did not start");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let idle = cpu_pct(daemon.0.id(), Duration::from_secs_f64(args.idle_secs))?;
+    let daemon = Daemon::start("daemon", &extra)?;
+    let socket = daemon.socket.clone();
+    let exe = std::env::current_exe()?;
+    let idle = cpu_pct(daemon.pid(), Duration::from_secs_f64(args.idle_secs))?;
     let mut others = Vec::new();
     for i in 0..args.clients - 2 {
         others.push(Guard(
@@ -335,7 +216,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
     )?;
     let _finish = Finish(gate.clone());
     low.submit(command()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let cpu_before = cpu_ticks(daemon.0.id())?;
+    let cpu_before = cpu_ticks(daemon.pid())?;
     let started = Instant::now();
     let mut samples = Vec::with_capacity(args.samples as usize);
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -343,10 +224,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         // The low queue runs (not suspended) before each sample.
         wait_for(|| !low.is_suspended(), "the low queue to be resumed")?;
         busy.stopped_at.store(0, Ordering::SeqCst);
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        std::thread::sleep(Duration::from_micros(200 + rng % 300));
+        std::thread::sleep(Duration::from_micros(200 + next_random(&mut rng) % 300));
         let t0 = epoch.elapsed().as_nanos() as u64;
         high.submit(command()).map_err(|e| anyhow::anyhow!("{e}"))?;
         wait_for(
@@ -366,12 +244,10 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         }
     }
     let load_secs = started.elapsed().as_secs_f64();
-    let load = ticks_pct(cpu_ticks(daemon.0.id())? - cpu_before, load_secs);
+    let load = ticks_pct(cpu_ticks(daemon.pid())? - cpu_before, load_secs);
     drop((_finish, _release, low, high, low_agent, high_agent, others));
-    let _ = daemon.0.kill();
-    let _ = std::fs::remove_dir_all(&dir);
-    samples.sort_by(f64::total_cmp);
-    let pick = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    drop(daemon);
+    let ready_to_suspend_us = Percentiles::of(&mut samples).context("no samples")?;
     let r = Result_ {
         clients: args.clients,
         samples: samples.len(),
@@ -379,12 +255,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         agent_spin_us: args.agent_spin_us,
         agent_hot_us: args.agent_hot_us,
         fast_path: !args.no_fast_path,
-        ready_to_suspend_us: Percentiles {
-            p50: pick(0.5),
-            p99: pick(0.99),
-            p999: pick(0.999),
-            max: pick(1.0),
-        },
+        ready_to_suspend_us,
         daemon_cpu_idle_pct: idle,
         daemon_cpu_load_pct: load,
         path: if args.no_fast_path {
@@ -414,29 +285,6 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             r.daemon_cpu_load_pct
         )
     })
-}
-
-/// Kills the child when dropped, so an error leaves no process behind.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for(mut f: impl FnMut() -> bool, what: &str) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !f() {
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        // The sample is stamped by the agent's thread, not here: sleeping keeps this thread
-        // from taking a core the measured path needs.
-        std::thread::sleep(Duration::from_micros(20));
-    }
-    Ok(())
 }
 
 /// user + system CPU ticks of a process.
