@@ -342,7 +342,12 @@ impl<H: HwQueue> Drop for SharedXQueue<H> {
         // and its wait would be lost, and the join below would wait forever.
         drop(self.inner.lock());
         self.inner.work.notify_all();
-        if let Some(w) = self.watcher.take() {
+        // The last owner may let go on the watcher itself (it reports to an agent or scheduler
+        // that the application dropped meanwhile): it sees `shutdown` when it returns, and
+        // keeps what it uses alive until then.
+        if let Some(w) = self.watcher.take()
+            && w.thread().id() != std::thread::current().id()
+        {
             let _ = w.join();
         }
     }
