@@ -186,9 +186,8 @@ impl Doorbell {
     /// until rung or `timeout` passes. Returns the new value (equal to `seen` on timeout).
     ///
     /// The spin yields the CPU on every turn: a spinning daemon or agent must not take the core
-    /// of the application thread whose work it schedules (on 2 cores, a latency-critical request
-    /// through the daemon went from 90 to 63-65 µs p50 with yielding, its wait for a CPU from
-    /// 67-75 to 29-34 µs; `xpreempt bench-request`), and on an idle core a yield returns at once.
+    /// of the application thread whose work it schedules, and on an idle core a yield returns at
+    /// once (measured: `bench/results/2026-11-23-cpu-session7.md`).
     pub fn wait(&self, seen: u32, spin: Duration, timeout: Duration) -> u32 {
         let start = Instant::now();
         loop {
