@@ -211,22 +211,8 @@ impl Lc {
 struct Setup {
     lc: Lc,
     gpu: Arc<Gpu>,
-    be: Option<(Arc<Busy>, Arc<dyn BeQueue>)>,
+    be: Option<(Arc<Busy>, Arc<SharedXQueue<BusyHal>>)>,
     _keep: Vec<Box<dyn std::any::Any>>,
-}
-
-trait BeQueue {
-    fn is_suspended(&self) -> bool;
-}
-
-impl<H> BeQueue for SharedXQueue<H>
-where
-    H: HwQueue + Send + Sync + 'static,
-    H::Payload: Send + 'static,
-{
-    fn is_suspended(&self) -> bool {
-        SharedXQueue::is_suspended(self)
-    }
 }
 
 fn gpu(args: &Args) -> Arc<Gpu> {
