@@ -80,12 +80,6 @@ impl Gpu {
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
-
-    fn spin_until(&self, t: u64) {
-        while self.now() < t {
-            std::thread::yield_now();
-        }
-    }
 }
 
 struct GpuHal(Arc<Gpu>);
@@ -133,7 +127,9 @@ impl HwQueue for GpuHal {
             let left = t.saturating_sub(self.0.now());
             if REQUESTER.get() {
                 // The application's wait spins, as a CUDA stream synchronize does.
-                self.0.spin_until(t);
+                while self.0.now() < t {
+                    std::thread::yield_now();
+                }
             } else {
                 // xpreempt's completion watcher blocks, as on a blocking-sync event.
                 std::thread::sleep(Duration::from_nanos(left));
@@ -230,24 +226,15 @@ fn lc_config() -> Result<QueueConfig> {
     Ok(QueueConfig::new(64, 32, Level::Lv1)?)
 }
 
-fn agent_options(socket: PathBuf, name: &str) -> Options {
-    Options {
-        socket,
-        name: name.into(),
-        ..Options::default()
-    }
-}
-
 fn setup(path: &str, args: &Args) -> Result<Setup> {
     let g = gpu(args);
-    let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
-    let (lc_agent, be_agent) = match path.trim_end_matches("-alone") {
+    let (lc_agent, be_agent, daemon) = match path.trim_end_matches("-alone") {
         "native" => {
             return Ok(Setup {
                 lc: Lc::Native(GpuHal(g.clone())),
                 gpu: g,
                 be: None,
-                _keep: keep,
+                _keep: Vec::new(),
             });
         }
         "queue" => {
@@ -260,7 +247,7 @@ fn setup(path: &str, args: &Args) -> Result<Setup> {
                 lc: Lc::Queue(Arc::new(q)),
                 gpu: g,
                 be: None,
-                _keep: keep,
+                _keep: Vec::new(),
             });
         }
         "local" => {
@@ -268,11 +255,15 @@ fn setup(path: &str, args: &Args) -> Result<Setup> {
                 "xpreempt-bench-request-{}-no-daemon.sock",
                 std::process::id()
             ));
-            let a = Arc::new(Agent::start(agent_options(nowhere, "bench-request"))?);
+            let a = Arc::new(Agent::start(Options {
+                socket: nowhere,
+                name: "bench-request".into(),
+                ..Options::default()
+            })?);
             if a.is_remote() {
                 bail!("the local path found a daemon");
             }
-            (a.clone(), a)
+            (a.clone(), a, None)
         }
         "daemon" => {
             let d = Daemon::start("request", &[])?;
@@ -281,41 +272,36 @@ fn setup(path: &str, args: &Args) -> Result<Setup> {
             let (spin, hot) = (o.spin.as_micros() as u64, o.hot.as_micros() as u64);
             let be = Arc::new(agent(&d.socket, "bench-request-be", spin, hot)?);
             let lc = Arc::new(agent(&d.socket, "bench-request-lc", spin, hot)?);
-            keep.push(Box::new(d));
-            (lc, be)
+            (lc, be, Some(d))
         }
         other => bail!("unknown path {other:?} (known: {})", PATHS.join(", ")),
     };
-    if path.ends_with("-alone") {
-        let lc = lc_agent.queue(decl(0, 10, Level::Lv1), lc_config()?, GpuHal(g.clone()))?;
-        let daemon = std::mem::take(&mut keep);
-        keep.push(Box::new((lc_agent, be_agent)));
-        keep.extend(daemon);
-        return Ok(Setup {
-            lc: Lc::Queue(lc),
-            gpu: g,
-            be: None,
-            _keep: keep,
-        });
-    }
-    let busy = Arc::new(Busy::default());
-    let be = be_agent.queue(
-        decl(0, 0, Level::Lv2),
-        QueueConfig::new(4, 2, Level::Lv2)?,
-        BusyHal(busy.clone(), g.epoch),
-    )?;
+    // Dropped in this order: the busy queue's work ends before its queue, the agents and the
+    // daemon go.
+    let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
+    let be = if path.ends_with("-alone") {
+        None
+    } else {
+        let busy = Arc::new(Busy::default());
+        let be = be_agent.queue(
+            decl(0, 0, Level::Lv2),
+            QueueConfig::new(4, 2, Level::Lv2)?,
+            BusyHal(busy.clone(), g.epoch),
+        )?;
+        keep.push(Box::new(Release(busy.clone())));
+        keep.push(Box::new(be.clone()));
+        Some((busy, be))
+    };
     let lc = lc_agent.queue(decl(0, 10, Level::Lv1), lc_config()?, GpuHal(g.clone()))?;
-    be.submit(command()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    // Dropped in this order: the busy queue's work ends before its queue and agent go.
-    let daemon = std::mem::take(&mut keep);
-    keep.push(Box::new(Release(busy.clone())));
-    keep.push(Box::new(be.clone()));
+    if let Some((_, be)) = &be {
+        be.submit(command()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     keep.push(Box::new((lc_agent, be_agent)));
-    keep.extend(daemon);
+    keep.push(Box::new(daemon));
     Ok(Setup {
         lc: Lc::Queue(lc),
         gpu: g,
-        be: Some((busy, be)),
+        be,
         _keep: keep,
     })
 }
