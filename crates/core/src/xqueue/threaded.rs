@@ -407,9 +407,10 @@ impl<H: HwQueue> Inner<H> {
     /// Polls the queue, wakes waiters, then reports (unlocked) what changed: completed work
     /// for the hooks, and Idle.
     fn poll_and_report(&self, id: QueueId) {
-        let now = self.now();
         let (upto, report) = {
             let mut q = self.lock();
+            // Read under the lock: a drain seen now must not be dated before a wait for the lock.
+            let now = self.now();
             let before = q.completed();
             let report = match q.poll(&self.hal, now) {
                 Ok(report) => report,
