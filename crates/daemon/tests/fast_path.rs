@@ -132,3 +132,67 @@ fn a_queue_alone_on_its_device_reports_without_waking_the_daemon() {
     q.wait_all().unwrap();
     other.wait_all().unwrap();
 }
+
+/// A connected agent's queue whose first launch fails: its bit went up on the board before the
+/// launch, so the queue it preempts in another agent may have been stopped; the bit must come
+/// down again (the failed submission takes it down, and the agent's sweep of stale bits would
+/// within two heartbeats), or that queue stays stopped with nobody running. The daemon is
+/// stopped, so only the board can restart it.
+#[test]
+fn a_failed_first_launch_takes_the_bit_down_and_the_low_queue_runs_again() {
+    use xpreempt_hal::faulty::Faults;
+    use xpreempt_hal::observed::Observed;
+    let sock = socket("failed-launch");
+    let d = DaemonProcess::start(&sock, &[]);
+    let dev = Device::new();
+    let (a, b) = (agent(&sock, "low"), agent(&sock, "high"));
+    assert!(a.is_remote() && b.is_remote());
+    let low = queue(&a, &dev, 1);
+    let faults = Faults::default();
+    faults.fail_next(1);
+    let high = b
+        .queue(
+            decl(10),
+            xpreempt_core::QueueConfig::new(4, 2, xpreempt_core::Level::Lv2).unwrap(),
+            Observed::new(dev.dev.create_queue(xpreempt_core::Level::Lv2), faults),
+        )
+        .expect("queue registers");
+    for _ in 0..150 {
+        low.submit(kernel(2, 2_000_000)).unwrap();
+    }
+    let mut op = Operator::connect(&sock);
+    assert!(
+        within(Duration::from_secs(5), || op
+            .list()
+            .iter()
+            .any(|r| r.in_flight > 0))
+        .is_some()
+    );
+    d.signal(libc::SIGSTOP);
+
+    assert!(
+        high.submit(kernel(1, 1_000_000)).is_err(),
+        "the launch fails"
+    );
+    assert!(
+        within(Duration::from_millis(300), || !low.is_suspended()).is_some(),
+        "the low queue stayed stopped for a high queue with no work"
+    );
+    let before = low.hal().completed();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        low.hal().completed() > before && !low.is_suspended(),
+        "the low queue did not run after the failed launch ({before} completed before)"
+    );
+
+    // The next submission goes through, and stops and restarts the low queue as usual.
+    high.submit(kernel(1, 20_000_000)).unwrap();
+    assert!(within(Duration::from_millis(300), || low.is_suspended()).is_some());
+    high.wait_all().unwrap();
+    assert!(within(Duration::from_millis(300), || !low.is_suspended()).is_some());
+    d.signal(libc::SIGCONT);
+    low.wait_all().unwrap();
+    for s in 0..150 {
+        assert_eq!(dev.dev.block_runs(low.hal(), s), vec![1, 1], "command {s}");
+    }
+}
