@@ -12,8 +12,9 @@
 #   cp "$(cargo test --release -p xpreempt-bench --test gpu --no-run 2>&1 | exe)" .carry/gpu-tests
 #   cp "$(cargo test --release -p xpreempt-cuda --test conformance --no-run 2>&1 | exe)" .carry/cuda-conformance
 # Then on the device: `bash .carry/run-gpu.sh` (or STEPS="tests" ... for a subset). Steps: info lv3
-# tests daemon sched latency smoke lcbe-persistent mps-persistent lcbe mps daemon-gpu mps-daemon
-# (the last two: global mode through a private `xpreempt daemon`, SECS=5 per scenario).
+# tests daemon request sched latency smoke lcbe-persistent mps-persistent lcbe mps daemon-gpu
+# mps-daemon gpu-elapsed (daemon-gpu, mps-daemon: global mode through a private `xpreempt daemon`,
+# SECS=5 per scenario).
 set -u
 C=$(pwd)/.carry
 R=/tmp/xp-results; mkdir -p $R
@@ -64,6 +65,22 @@ daemon)
     timeout 120 $XP --json bench-daemon --clients $n --samples ${SAMPLES:-3000} --spin-us $spin --out $R/bench-daemon-c$n-s$spin.json > /dev/null || echo "bench-daemon $n $spin failed"
   done; done
   cat $R/bench-daemon-*.json ;;
+request)
+  # What the stack adds to a stand-in request (CPU only), each path three times, interleaved.
+  for round in 1 2 3; do
+    timeout 120 $XP bench-request --requests ${REQUESTS:-3000} --out $R/bench-request-$round.json || echo "bench-request $round failed"
+  done ;;
+gpu-elapsed)
+  # Under MPS: each LC request's GPU time (timing events around its launches) next to its
+  # wall time, alone and beside the controller-preempted BE; tells GPU queueing from a late
+  # completion wake-up. Plain-stream LC scenarios only.
+  mps_start
+  S=lc-alone,be-alone,xp-mps-2proc
+  for p in "" --persistent; do
+    XP_BENCH_GPU_ELAPSED=1 lcbe gpu-elapsed$p --scenarios $S --secs $SECS $p --label mps --marks $R/marks-elapsed$p --out $R/lcbe-elapsed$p.json
+    python3 bench/lcbe-marks.py $R/marks-elapsed$p --json $R/marks-elapsed$p.json
+  done
+  mps_stop ;;
 sched)
   # The scheduler path (LocalScheduler through the one driver loop) next to the direct suspend.
   S=lc-alone,be-alone,be-alone-xp,xp-lv2-1proc,xp-sched-lv2-1proc
