@@ -15,24 +15,25 @@ fn dir(test: &str) -> PathBuf {
 }
 
 /// A stand-in shim (an empty shared library): what `run` does with the environment is under
-/// test here, not the shim, which this crate does not build.
+/// test here, not the shim, which this crate does not build. Built once: the tests run on
+/// parallel threads of one process.
 fn shim() -> PathBuf {
-    let dir = dir("shim");
-    let so = dir.join("libxpreempt_shim.so");
-    if !so.exists() {
+    static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SHIM.get_or_init(|| {
+        let dir = dir("shim");
+        let so = dir.join("libxpreempt_shim.so");
         let src = dir.join("empty.c");
         std::fs::write(&src, "int xpreempt_test_shim;\n").unwrap();
-        let tmp = dir.join(format!("{}.so", std::process::id()));
         let st = Command::new("gcc")
             .args(["-shared", "-fPIC", "-o"])
-            .arg(&tmp)
+            .arg(&so)
             .arg(&src)
             .status()
             .unwrap();
         assert!(st.success());
-        let _ = std::fs::rename(&tmp, &so);
-    }
-    so
+        so
+    })
+    .clone()
 }
 
 fn run(socket: &Path, args: &[&str]) -> Output {
