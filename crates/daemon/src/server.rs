@@ -522,8 +522,12 @@ fn fast_path(shared: &Shared, id: u64, segment: &Segment, alive: &AtomicBool) {
     let bell = &segment.header().to_daemon;
     let mut seen = bell.value();
     let spin = shared.config.spin;
+    let mut rung = false;
     while alive.load(Ordering::SeqCst) {
         let mut st = shared.lock();
+        if rung {
+            st.stats.fast_path_wakeups += 1;
+        }
         let before = st.run_timers();
         st.take_reports(id);
         let after = st.run_timers();
@@ -531,7 +535,9 @@ fn fast_path(shared: &Shared, id: u64, segment: &Segment, alive: &AtomicBool) {
         if after.is_some() && (before.is_none() || after < before) {
             shared.ticker.notify_all();
         }
-        seen = bell.wait(seen, spin, Duration::from_millis(100));
+        let now = bell.wait(seen, spin, Duration::from_millis(100));
+        rung = now != seen;
+        seen = now;
     }
 }
 

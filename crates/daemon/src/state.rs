@@ -300,7 +300,6 @@ impl State {
 
     /// Takes every changed report out of a client's segment and decides on each: the fast path.
     pub fn take_reports(&mut self, client: u64) {
-        self.stats.fast_path_wakeups += 1;
         let epoch = self.epoch;
         let clock = move || epoch.elapsed().as_nanos() as Nanos;
         let Some(c) = self.clients.get_mut(&client) else {

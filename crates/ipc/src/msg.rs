@@ -226,7 +226,7 @@ pub struct DaemonStats {
     pub bad_frames: u64,
     /// Times the watchdog took a silent client's queues out of contention.
     pub watchdog_fires: u64,
-    /// Times the decision loop ran (reports taken from shared memory).
+    /// Times an agent's doorbell woke the decision loop (rings it took together count once).
     pub fast_path_wakeups: u64,
     /// The pipe directory of the MPS control daemon this daemon owns (`--mps`), for clients'
     /// `CUDA_MPS_PIPE_DIRECTORY`; `None` when the GPU is time-sliced.
