@@ -74,12 +74,17 @@ gpu-elapsed)
   # Under MPS: each LC request's GPU time (timing events around its launches) next to its
   # wall time, alone and beside the controller-preempted BE; tells GPU queueing from a late
   # completion wake-up. Plain-stream LC scenarios only.
+  # The SM clock and power state every 100 ms beside it: an idle GPU between LC requests may
+  # clock down, which would make "alone" the slow mode.
   mps_start
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,pstate,power.draw,utilization.gpu --format=csv -lms 100 > $R/clocks-elapsed.csv 2>&1 &
+  SMI=$!
   S=lc-alone,be-alone,xp-mps-2proc
   for p in "" --persistent; do
     XP_BENCH_GPU_ELAPSED=1 lcbe gpu-elapsed$p --scenarios $S --secs $SECS $p --label mps --marks $R/marks-elapsed$p --out $R/lcbe-elapsed$p.json
     python3 bench/lcbe-marks.py $R/marks-elapsed$p --json $R/marks-elapsed$p.json
   done
+  kill $SMI
   mps_stop ;;
 sched)
   # The scheduler path (LocalScheduler through the one driver loop) next to the direct suspend.
