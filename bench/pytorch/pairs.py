@@ -47,21 +47,24 @@ XP_RUN_ARGS = {"xp_lv1": ["--level", "1"], "xp_lv3": ["--level", "3"], "xp_mps":
 
 def base_mode(mode):
     """An xpreempt mode may carry variants: `xp_lv1+linger500+bewindow4` is xp_lv1 with
-    `xpreempt run --idle-linger-us 500` for every process and `--window 4` for the training."""
+    `xpreempt run --idle-linger-us 500` for every process and `--window 4` for the training;
+    `+midwindow16` gives the trio's medium process `--window 16` (above priority 0 it runs
+    unthrottled, so its in-flight work may delay the high process it is preempted by)."""
     return mode.split("+", 1)[0]
 
 
 def variant_args(mode, role="high"):
     args = []
     for part in mode.split("+")[1:]:
-        for prefix, flag, roles in (("linger", "--idle-linger-us", None), ("bewindow", "--window", ["low"])):
+        for prefix, flag, roles in (("linger", "--idle-linger-us", None), ("bewindow", "--window", ["low"]),
+                                    ("midwindow", "--window", ["medium"])):
             value = part[len(prefix):]
             if part.startswith(prefix) and value.isdigit():
                 if roles is None or role in roles:
                     args += [flag, value]
                 break
         else:
-            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>)")
+            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>)")
     return args
 
 
