@@ -156,3 +156,58 @@ fn a_resume_decided_while_a_handed_off_stop_runs_leaves_the_queue_running() {
         "the low queue was left stopped with nothing above it"
     );
 }
+
+#[test]
+fn a_stop_the_busy_preemption_thread_could_not_take_is_made_by_the_next_ready() {
+    let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
+    let probe = |id| {
+        Arc::new(ThreadProbe {
+            id,
+            ..ThreadProbe::default()
+        })
+    };
+    let (a, b, high) = (probe(0), probe(1), probe(2));
+    for (q, priority) in [(&a, 1), (&b, 2), (&high, 9)] {
+        sched
+            .register(QueueInfo::new(QueueId(q.id), priority), q.clone())
+            .unwrap();
+    }
+    let sink = sched.sink();
+    let ready = |generation| QueueReport::Ready {
+        pending: 1,
+        generation,
+    };
+    sink.report(QueueId(0), ready(1));
+    // A first preemption (inline) makes the preemption thread spin.
+    sink.report(QueueId(2), ready(1));
+    assert!(a.suspended.load(Ordering::SeqCst));
+    sink.report(QueueId(2), QueueReport::Idle { generation: 2 });
+    assert!(!a.suspended.load(Ordering::SeqCst));
+    std::thread::sleep(Duration::from_millis(5));
+    // The preemption thread takes a stop of 40 ms...
+    a.slow_stop.store(true, Ordering::SeqCst);
+    sink.report(QueueId(1), ready(1));
+    assert!(within(|| a.suspended_on.lock().unwrap().len() == 2));
+    assert_eq!(
+        a.suspended_on.lock().unwrap()[1],
+        "xpreempt-preempt",
+        "handed off"
+    );
+    // ...while the high queue's announcement hands it the stop of `b`.
+    let stops_before = b.suspended_on.lock().unwrap().len();
+    sink.submitting(QueueId(2));
+    assert!(
+        !b.suspended.load(Ordering::SeqCst),
+        "the busy thread took it"
+    );
+    // The high queue's Ready after its first launch makes that stop itself.
+    sink.report(QueueId(2), ready(3));
+    assert!(
+        b.suspended.load(Ordering::SeqCst),
+        "`b` kept running behind the high queue's launches"
+    );
+    std::thread::sleep(Duration::from_millis(60));
+    let on = b.suspended_on.lock().unwrap()[stops_before..].to_vec();
+    assert_eq!(on.len(), 1, "stopped once: {on:?}");
+    assert_ne!(on[0], "xpreempt-preempt", "made by the reporting thread");
+}

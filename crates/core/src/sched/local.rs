@@ -5,8 +5,9 @@
 //! waking any other thread (handing decisions to a sleeping thread cost hundreds of µs at p99 on
 //! the GPU machine). The one exception is a thread that already spins: while a queue with work
 //! can be preempted and preemptions happen, the preemption thread ([`super::preempter`]) spins
-//! and takes the suspensions off the reporting thread. A timer thread serves the policy's
-//! timeslices, aging and resume retries.
+//! and takes the suspensions off the reporting thread; one it has not taken by the next Ready
+//! (it got no CPU during the launch) is made by that Ready's thread. A timer thread serves the
+//! policy's timeslices, aging and resume retries.
 
 use super::driver::Driver;
 use super::preempter::{DEFAULT_HOT, LocalQueue, Preempter};
@@ -46,9 +47,15 @@ struct Sink {
 
 impl ReportSink for Sink {
     fn report(&self, queue: QueueId, report: QueueReport) {
-        if let Some(shared) = self.shared.upgrade()
-            && let Err(e) = shared.run(|d, clock| d.report(queue, report, clock))
-        {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        if matches!(report, QueueReport::Ready { .. }) {
+            // A stop handed off at the announcement that the preemption thread has not taken
+            // during the whole first launch: it got no CPU, so this thread makes the stop.
+            apply_handed_off(&shared);
+        }
+        if let Err(e) = shared.run(|d, clock| d.report(queue, report, clock)) {
             tracing::warn!(%e, "report ignored");
         }
     }
