@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{ThreadProbe, within};
+use common::{ThreadProbe, ready, within};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,13 +40,7 @@ fn setup(fail_next: u32) -> (Harness, Arc<ThreadProbe>, Arc<SharedXQueue<Probe>>
     sched
         .register(QueueInfo::new(QueueId(0), 1), low.clone())
         .unwrap();
-    sched.sink().report(
-        QueueId(0),
-        QueueReport::Ready {
-            pending: 1,
-            generation: 1,
-        },
-    );
+    sched.sink().report(QueueId(0), ready(1));
     let dev = RefDevice::new();
     let clock = WallClock::start(&dev);
     let seen = Seen::default();
@@ -128,10 +122,6 @@ fn a_resume_decided_while_a_handed_off_stop_runs_leaves_the_queue_running() {
         )
         .unwrap();
     let sink = sched.sink();
-    let ready = |generation| QueueReport::Ready {
-        pending: 1,
-        generation,
-    };
     let idle = |generation| QueueReport::Idle { generation };
     sink.report(QueueId(0), ready(1));
     // A first preemption (inline) makes the preemption thread spin.
@@ -173,10 +163,6 @@ fn a_stop_the_busy_preemption_thread_could_not_take_is_made_by_the_next_ready() 
             .unwrap();
     }
     let sink = sched.sink();
-    let ready = |generation| QueueReport::Ready {
-        pending: 1,
-        generation,
-    };
     sink.report(QueueId(0), ready(1));
     // A first preemption (inline) makes the preemption thread spin.
     sink.report(QueueId(2), ready(1));

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{ThreadProbe, within};
+use common::{ThreadProbe, ready, within};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -157,29 +157,11 @@ fn a_report_that_arrives_after_a_newer_one_is_ignored() {
         .register(QueueInfo::new(QueueId(1), 9), high.clone())
         .unwrap();
     let sink = sched.sink();
-    sink.report(
-        QueueId(0),
-        QueueReport::Ready {
-            pending: 1,
-            generation: 1,
-        },
-    );
-    sink.report(
-        QueueId(1),
-        QueueReport::Ready {
-            pending: 1,
-            generation: 1,
-        },
-    );
+    sink.report(QueueId(0), ready(1));
+    sink.report(QueueId(1), ready(1));
     assert!(low.suspended.load(Ordering::Relaxed));
     // The high queue went idle (generation 2) and got work again (3), but the reports crossed.
-    sink.report(
-        QueueId(1),
-        QueueReport::Ready {
-            pending: 1,
-            generation: 3,
-        },
-    );
+    sink.report(QueueId(1), ready(3));
     sink.report(QueueId(1), QueueReport::Idle { generation: 2 });
     assert!(
         low.suspended.load(Ordering::Relaxed),
@@ -304,10 +286,6 @@ fn once_preemptions_happen_the_spinning_preemption_thread_stops_the_low_queue() 
         .register(QueueInfo::new(QueueId(1), 9), high.clone())
         .unwrap();
     let sink = sched.sink();
-    let ready = |generation| QueueReport::Ready {
-        pending: 1,
-        generation,
-    };
     sink.report(QueueId(0), ready(1));
     for round in 0..20u64 {
         sink.report(QueueId(1), ready(2 * round + 1));
@@ -356,21 +334,9 @@ fn without_a_hot_window_every_suspension_runs_on_the_reporting_thread() {
         .register(QueueInfo::new(QueueId(1), 9), high.clone())
         .unwrap();
     let sink = sched.sink();
-    sink.report(
-        QueueId(0),
-        QueueReport::Ready {
-            pending: 1,
-            generation: 1,
-        },
-    );
+    sink.report(QueueId(0), ready(1));
     for round in 0..5u64 {
-        sink.report(
-            QueueId(1),
-            QueueReport::Ready {
-                pending: 1,
-                generation: 2 * round + 1,
-            },
-        );
+        sink.report(QueueId(1), ready(2 * round + 1));
         assert!(
             low.suspended.load(Ordering::SeqCst),
             "suspended before the report returns"

@@ -41,6 +41,14 @@ impl Preemptible for ThreadProbe {
     fn set_refused(&self, _: bool) {}
 }
 
+/// A Ready report of one pending command.
+pub fn ready(generation: u64) -> QueueReport {
+    QueueReport::Ready {
+        pending: 1,
+        generation,
+    }
+}
+
 /// Whether `f` holds within 2 s.
 pub fn within(mut f: impl FnMut() -> bool) -> bool {
     let t = Instant::now();
