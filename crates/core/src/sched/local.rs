@@ -239,6 +239,8 @@ fn run_preempter(shared: &Shared) {
                 && start.elapsed() < SPIN_SLICE
                 && !shared.shutdown.load(Ordering::Relaxed)
             {
+                // A pause, not a yield: yielding gained nothing on a quiet machine and lost more
+                // stops on a loaded one (bench/results/2026-11-23-cpu-session8.md).
                 std::hint::spin_loop();
             }
         } else {
