@@ -9,15 +9,15 @@
 //! come and go with short bursts: they load the daemon with decisions of their own.
 
 use super::{
-    Busy, BusyHal, Daemon, Guard, Percentiles, Release, agent, command, decl, next_random, wait_for,
+    Daemon, Guard, Held, HeldHal, Percentiles, Release, agent, command, decl, next_random, wait_for,
 };
 use crate::output::Output;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::{Command as Proc, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use xpreempt_core::{Command, HalError, HwQueue, Level, QueueConfig, Seq};
 
@@ -62,58 +62,6 @@ struct Result_ {
     daemon_cpu_idle_pct: f64,
     daemon_cpu_load_pct: f64,
     path: &'static str,
-}
-
-/// A hardware queue whose commands complete when the benchmark says so: the high queue stays
-/// busy until its sample is taken, however long a loaded machine takes to suspend the low one.
-#[derive(Default)]
-struct Gate {
-    launched: AtomicU64,
-    done: Mutex<u64>,
-    wake: Condvar,
-}
-
-impl Gate {
-    /// Completes everything launched so far.
-    fn finish(&self) {
-        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = self.launched.load(Ordering::SeqCst);
-        self.wake.notify_all();
-    }
-}
-
-struct GateHal(Arc<Gate>);
-
-impl HwQueue for GateHal {
-    type Payload = ();
-    fn max_level(&self) -> Level {
-        Level::Lv1
-    }
-    fn launch(&self, _: Seq, _: &mut Command<()>, _: bool) -> Result<(), HalError> {
-        self.0.launched.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-    fn record_sync(&self) -> Result<(), HalError> {
-        Ok(())
-    }
-    fn completed(&self) -> Seq {
-        *self.0.done.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
-        let mut done = self.0.done.lock().unwrap_or_else(|p| p.into_inner());
-        while *done < upto {
-            done = self.0.wake.wait(done).unwrap_or_else(|p| p.into_inner());
-        }
-        Ok(())
-    }
-}
-
-/// Finishes the high queue's work when dropped, so that its watcher can stop.
-struct Finish(Arc<Gate>);
-
-impl Drop for Finish {
-    fn drop(&mut self) {
-        self.0.finish();
-    }
 }
 
 /// A hardware queue whose commands each take `work` after their launch: long enough for the
@@ -199,22 +147,32 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         agent(&socket, "bench-low", spin, hot)?,
         agent(&socket, "bench-high", spin, hot)?,
     );
-    let busy = Arc::new(Busy::default());
+    let busy = Arc::new(Held::default());
     let epoch = Instant::now();
     let low = low_agent.queue(
         decl(0, 0, Level::Lv2),
         QueueConfig::new(4, 2, Level::Lv2)?,
-        BusyHal(busy.clone(), epoch),
+        HeldHal {
+            held: busy.clone(),
+            epoch,
+            level: Level::Lv2,
+        },
     )?;
     // Declared after `low`, so dropped first on any exit: lets the low queue's watcher go.
     let _release = Release(busy.clone());
-    let gate = Arc::new(Gate::default());
+    // The high queue stays busy until its sample is taken, however long a loaded machine takes
+    // to suspend the low one.
+    let gate = Arc::new(Held::default());
     let high = high_agent.queue(
         decl(0, 100, Level::Lv1),
         QueueConfig::new(4, 2, Level::Lv1)?,
-        GateHal(gate.clone()),
+        HeldHal {
+            held: gate.clone(),
+            epoch,
+            level: Level::Lv1,
+        },
     )?;
-    let _finish = Finish(gate.clone());
+    let _finish = Release(gate.clone());
     low.submit(command()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let cpu_before = cpu_ticks(daemon.pid())?;
     let started = Instant::now();

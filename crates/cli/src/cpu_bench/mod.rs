@@ -17,54 +17,66 @@ use xpreempt_agent::{Agent, Declaration, Options};
 use xpreempt_core::{Command, CommandProps, HalError, Hints, HwQueue, Level, Seq};
 use xpreempt_hal::Launched;
 
-/// A hardware queue that never finishes its work (the low queue stays busy) and stamps the
-/// moment the scheduler stops it.
+/// A hardware queue whose commands complete only when the benchmark lets them (a busy low queue
+/// that never finishes, a high queue that stays busy until its sample is taken), and which
+/// stamps the moment the scheduler stops it.
 #[derive(Default)]
-pub struct Busy {
+pub struct Held {
     launched: AtomicU64,
+    /// Commands completed (`u64::MAX`: every one, now and later).
+    done: Mutex<u64>,
+    wake: Condvar,
     /// ns since the benchmark's epoch of the last stop; 0: none since the last reset.
     pub stopped_at: AtomicU64,
-    released: Mutex<bool>,
-    wake: Condvar,
 }
 
-pub struct BusyHal(pub Arc<Busy>, pub Instant);
+impl Held {
+    /// Completes what was launched so far.
+    pub fn finish(&self) {
+        self.complete(self.launched.load(Ordering::SeqCst));
+    }
 
-impl HwQueue for BusyHal {
+    fn complete(&self, upto: u64) {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = upto;
+        self.wake.notify_all();
+    }
+}
+
+/// `held`'s queue at `level`; stops are stamped against `epoch`.
+pub struct HeldHal {
+    pub held: Arc<Held>,
+    pub epoch: Instant,
+    pub level: Level,
+}
+
+impl HwQueue for HeldHal {
     type Payload = ();
     fn max_level(&self) -> Level {
-        Level::Lv2
+        self.level
     }
     fn launch(&self, _: Seq, _: &mut Command<()>, _: bool) -> Result<(), HalError> {
-        self.0.launched.fetch_add(1, Ordering::SeqCst);
+        self.held.launched.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
     fn record_sync(&self) -> Result<(), HalError> {
         Ok(())
     }
     fn completed(&self) -> Seq {
-        if *self.0.released.lock().unwrap_or_else(|p| p.into_inner()) {
-            self.0.launched.load(Ordering::SeqCst)
-        } else {
-            0
-        }
+        let done = *self.held.done.lock().unwrap_or_else(|p| p.into_inner());
+        done.min(self.held.launched.load(Ordering::SeqCst))
     }
-    fn synchronize(&self, _: Seq) -> Result<(), HalError> {
-        // Blocks the completion watcher (no polling) until the run ends.
-        let mut released = self.0.released.lock().unwrap_or_else(|p| p.into_inner());
-        while !*released {
-            released = self
-                .0
-                .wake
-                .wait(released)
-                .unwrap_or_else(|p| p.into_inner());
+    fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
+        // Blocks the completion watcher (no polling) until the work is let go.
+        let mut done = self.held.done.lock().unwrap_or_else(|p| p.into_inner());
+        while *done < upto {
+            done = self.held.wake.wait(done).unwrap_or_else(|p| p.into_inner());
         }
         Ok(())
     }
     fn deactivate(&self) -> Result<(), HalError> {
-        self.0
+        self.held
             .stopped_at
-            .store(self.1.elapsed().as_nanos() as u64, Ordering::SeqCst);
+            .store(self.epoch.elapsed().as_nanos() as u64, Ordering::SeqCst);
         Ok(())
     }
     fn reactivate(&self, _: &mut [Launched<()>]) -> Result<(), HalError> {
@@ -72,13 +84,12 @@ impl HwQueue for BusyHal {
     }
 }
 
-/// Ends the busy queue's work when dropped.
-pub struct Release(pub Arc<Busy>);
+/// Completes every command of the queue, now and later, when dropped: its watcher can stop.
+pub struct Release(pub Arc<Held>);
 
 impl Drop for Release {
     fn drop(&mut self) {
-        *self.0.released.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.0.wake.notify_all();
+        self.0.complete(u64::MAX);
     }
 }
 

@@ -16,7 +16,7 @@
 //! hardware stop was called.
 
 use super::{
-    Busy, BusyHal, Daemon, Percentiles, Release, agent, command, decl, next_random, wait_for,
+    Daemon, Held, HeldHal, Percentiles, Release, agent, command, decl, next_random, wait_for,
     wait_for_within,
 };
 use crate::output::Output;
@@ -207,7 +207,7 @@ impl Lc {
 struct Setup {
     lc: Lc,
     gpu: Arc<Gpu>,
-    be: Option<(Arc<Busy>, Arc<SharedXQueue<BusyHal>>)>,
+    be: Option<(Arc<Held>, Arc<SharedXQueue<HeldHal>>)>,
     _keep: Vec<Box<dyn std::any::Any>>,
 }
 
@@ -282,11 +282,15 @@ fn setup(path: &str, args: &Args) -> Result<Setup> {
     let be = if path.ends_with("-alone") {
         None
     } else {
-        let busy = Arc::new(Busy::default());
+        let busy = Arc::new(Held::default());
         let be = be_agent.queue(
             decl(0, 0, Level::Lv2),
             QueueConfig::new(4, 2, Level::Lv2)?,
-            BusyHal(busy.clone(), g.epoch),
+            HeldHal {
+                held: busy.clone(),
+                epoch: g.epoch,
+                level: Level::Lv2,
+            },
         )?;
         keep.push(Box::new(Release(busy.clone())));
         keep.push(Box::new(be.clone()));
