@@ -49,13 +49,17 @@ def base_mode(mode):
     """An xpreempt mode may carry variants: `xp_lv1+linger500+bewindow4` is xp_lv1 with
     `xpreempt run --idle-linger-us 500` for every process and `--window 4` for the training;
     `+midwindow16` gives the trio's medium process `--window 16` (above priority 0 it runs
-    unthrottled, so its in-flight work may delay the high process it is preempted by)."""
+    unthrottled, so its in-flight work may delay the high process it is preempted by);
+    `xp_mps+beclientprio` runs the training at MPS client priority 1 (below normal), which
+    reaches the legacy default stream where stream priorities cannot."""
     return mode.split("+", 1)[0]
 
 
 def variant_args(mode, role="high"):
     args = []
     for part in mode.split("+")[1:]:
+        if part == "beclientprio":
+            continue  # an environment setting: Env.process_env
         for prefix, flag, roles in (("linger", "--idle-linger-us", None), ("bewindow", "--window", ["low"]),
                                     ("midwindow", "--window", ["medium"])):
             value = part[len(prefix):]
@@ -64,7 +68,7 @@ def variant_args(mode, role="high"):
                     args += [flag, value]
                 break
         else:
-            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>)")
+            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, beclientprio)")
     return args
 
 
@@ -151,6 +155,8 @@ class Env:
         if self.mode in GREEN_MODES and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
             env["XP_GREEN_KEEP_FREE"] = self.mode.removeprefix("mps_green")  # read by train.py
+        if "beclientprio" in self.variant.split("+")[1:] and role == "low":
+            env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
         if self.mode == "mps_prio" and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"  # below normal; the others stay at 0 (normal)
         if self.mode == "mps70" and role == "low":
