@@ -7,13 +7,17 @@
 //! leaves with `exit()` runs CUDA's exit handlers and could wait forever on a lock that a
 //! watcher held when the fork happened. So the fork waits until none of them is inside libcuda
 //! (or setting the process's timeslice through the RM interposer), and they wait until the fork
-//! is done; then the forking thread holds the interposer's registry across the fork.
+//! is done.
 //!
-//! This does not remove every hang: under random suspensions a child that leaves with `exit()`
-//! still spins, now and then, in libcuda's ELF destructor, with every thread of its parent
-//! outside libcuda and asleep at the fork (`bench/results/2026-11-23-h100-session5.md`). What
-//! every thread was doing at the fork is kept for the crash handler (`XPREEMPT_SHIM_BACKTRACE=1`,
-//! then SIGABRT), which also prints the code addresses on the stack.
+//! Nothing else is held across the fork. Until build a3f9de6 the forking thread also took the RM
+//! interposer's registry here, so a libcuda thread whose RM call ended during the fork waited
+//! for it inside that call, and the child inherited libcuda half-way through the call. That is
+//! one way to the hang seen under random suspensions, where a child that leaves with `exit()`
+//! now and then spins in libcuda's ELF destructor (`bench/results/2026-11-23-h100-session5.md`);
+//! whether it is the way has yet to be measured on a GPU. A forked child now leaves the registry
+//! alone instead (`crate::rm`). What every thread was doing at the fork is kept for the crash
+//! handler (`XPREEMPT_SHIM_BACKTRACE=1`, then SIGABRT), which also prints the code addresses on
+//! the stack.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -80,8 +84,6 @@ pub extern "C" fn before_fork() {
     if crate::crash::installed() {
         AT_FORK.set(&other_threads());
     }
-    // Only now: a thread inside libcuda may need it on its way out (an RM call of its own).
-    crate::rm::hold_across_fork();
 }
 
 /// The process's other threads: (tid, name, state letter of /proc's stat).
@@ -148,7 +150,6 @@ impl Snapshot {
 
 /// `pthread_atfork` handler in the parent and (with the rest of the child's) in the child.
 pub extern "C" fn after_fork() {
-    crate::rm::release_after_fork();
     FORKING.store(false, SeqCst);
 }
 

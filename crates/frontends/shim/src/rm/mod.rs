@@ -16,7 +16,7 @@ pub mod hooks;
 use crate::log::{log_enabled, log_level};
 use abi::*;
 use std::ffi::{c_int, c_ulong, c_void};
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// A compute channel group libcuda allocated.
@@ -145,23 +145,35 @@ fn real_close() -> Option<CloseFn> {
     Some(unsafe { std::mem::transmute::<usize, CloseFn>(p) })
 }
 
-thread_local! {
-    /// GROUPS, held by the forking thread across a fork (see [`hold_across_fork`]).
-    static HELD_ACROSS_FORK: std::cell::RefCell<Option<MutexGuard<'static, Registry>>> =
-        const { std::cell::RefCell::new(None) };
+/// Set in a forked child: the registry is the parent's (its groups are the parent's RM objects)
+/// and may have been held, at the fork, by a thread the child does not have.
+static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// `pthread_atfork` child handler: the child leaves the registry alone from now on, so neither
+/// its CUDA exit handlers' RM calls nor anything else waits on a lock no thread will release.
+extern "C" fn forked_child() {
+    FORKED_CHILD.store(true, Ordering::SeqCst);
+    GROUP_COUNT.store(0, Ordering::SeqCst);
 }
 
-/// Before a fork: takes GROUPS, so that the child does not inherit it held by a thread it does
-/// not have (the chaos or scheduler thread setting the timeslice, libcuda's own threads doing
-/// RM calls); the child's CUDA exit handlers free RM objects through the interposed `ioctl`,
-/// which takes it. Released by [`release_after_fork`] in the parent and the child.
-pub fn hold_across_fork() {
-    let g = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
-    HELD_ACROSS_FORK.with(|h| *h.borrow_mut() = Some(g));
+/// Registers [`forked_child`], once, when the first group is seen. Nothing is held across a
+/// fork: a prepare handler that took the registry made every libcuda thread that finished an RM
+/// call during the fork wait inside libcuda for it, and the child inherited libcuda's state
+/// half-way through that call.
+fn watch_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registering a plain extern "C" fn without captured state.
+        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    });
 }
 
-pub fn release_after_fork() {
-    HELD_ACROSS_FORK.with(|h| drop(h.borrow_mut().take()));
+/// GROUPS, with the closes that happened while it was busy applied; `None` in a forked child.
+fn registry() -> Option<MutexGuard<'static, Registry>> {
+    if FORKED_CHILD.load(Ordering::SeqCst) {
+        return None;
+    }
+    Some(groups())
 }
 
 /// Takes GROUPS and applies the closes that happened while it was busy.
@@ -226,10 +238,13 @@ unsafe fn observe_alloc(fd: c_int, request: u64, arg: *const u8) {
     };
     let id = fd_identity(fd);
     {
-        let mut reg = groups();
+        let Some(mut reg) = registry() else {
+            return;
+        };
         reg.add(g, id);
         GROUP_COUNT.store(reg.len(), Ordering::Release);
     }
+    watch_forks();
     if log_enabled() {
         shim_log!(
             "compute channel group fd={fd} client={:#x} object={:#x}",
@@ -261,7 +276,9 @@ unsafe fn observe_free(request: u64, arg: *const u8) {
         return;
     }
     let dropped = {
-        let mut reg = groups();
+        let Some(mut reg) = registry() else {
+            return;
+        };
         let n = reg.forget_freed(f.h_client, f.h_object);
         GROUP_COUNT.store(reg.len(), Ordering::Release);
         n
@@ -388,7 +405,7 @@ pub extern "C" fn xpreempt_shim_allocs_seen() -> u64 {
 /// Number of compute channel groups alive in this process.
 #[unsafe(no_mangle)]
 pub extern "C" fn xpreempt_shim_channel_groups() -> u32 {
-    std::panic::catch_unwind(|| groups().len() as u32).unwrap_or(0)
+    std::panic::catch_unwind(|| registry().map_or(0, |r| r.len() as u32)).unwrap_or(0)
 }
 
 /// Sends one SET_TIMESLICE control. 0 on success, `-errno` when the ioctl failed, the RM status
@@ -414,7 +431,9 @@ pub extern "C" fn xpreempt_shim_rm_work_submit(kind: u32) {
 #[unsafe(no_mangle)]
 pub extern "C" fn xpreempt_shim_set_timeslice(us: u64) -> i64 {
     std::panic::catch_unwind(|| {
-        let mut reg = groups();
+        let Some(mut reg) = registry() else {
+            return -(libc::ENODEV as i64);
+        };
         reg.entries
             .retain(|&(g, id)| id.is_none() || fd_identity(g.fd) == id);
         GROUP_COUNT.store(reg.len(), Ordering::Release);
@@ -448,26 +467,62 @@ pub extern "C" fn xpreempt_shim_set_timeslice(us: u64) -> i64 {
 mod tests {
     use super::*;
 
+    /// Waits for child `pid` for at most `patience`; its exit code, or `None` if it had to be
+    /// killed or did not exit normally.
+    fn exit_code_within(pid: libc::pid_t, patience: std::time::Duration) -> Option<i32> {
+        let since = std::time::Instant::now();
+        let mut status = 0;
+        loop {
+            // SAFETY: waiting for our own child.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+            }
+            if since.elapsed() > patience {
+                // SAFETY: our own child, stuck.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     #[test]
-    fn the_registry_is_held_across_a_fork_and_released_after() {
+    fn a_forked_child_never_waits_for_the_registry_a_parent_thread_held() {
         let _serial = crate::cuda::fork_gate::FORK_TESTS
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let free = || {
-            std::thread::spawn(|| GROUPS.try_lock().is_ok())
-                .join()
-                .unwrap()
-        };
-        assert!(free());
-        hold_across_fork();
-        assert!(
-            !free(),
-            "another thread could take the registry during the fork"
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        // A thread of the parent (libcuda's, finishing an RM call) has the registry at the fork.
+        let holder = std::thread::spawn(move || {
+            let _g = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+            held_tx.send(()).expect("send");
+            let _ = done_rx.recv();
+        });
+        held_rx.recv().expect("the holder took the registry");
+        // SAFETY: the child runs the shim's child handler and what its exit path may call, then
+        // leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            forked_child();
+            let ok = xpreempt_shim_channel_groups() == 0
+                && xpreempt_shim_set_timeslice(1) == -(libc::ENODEV as i64);
+            // SAFETY: leaving the forked child without running the parent's exit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        assert!(pid > 0, "fork failed");
+        let code = exit_code_within(pid, std::time::Duration::from_secs(10));
+        done_tx.send(()).expect("send");
+        holder.join().expect("join");
+        assert_eq!(
+            code,
+            Some(0),
+            "the child waited for the registry (killed after 10 s) or saw it"
         );
-        release_after_fork();
-        assert!(free());
-        release_after_fork(); // a second release (parent and child handlers) is harmless
-        assert!(free());
     }
 
     fn grp(fd: c_int, client: u32, parent: u32, object: u32) -> ChannelGroup {
@@ -507,7 +562,7 @@ mod tests {
         assert_eq!(r.groups().next().unwrap().0.h_client, 0xc2);
     }
 
-    /// The only test that touches the process-wide registry.
+    /// The only test besides the fork test that touches the process-wide registry.
     #[test]
     fn the_interposed_close_forgets_groups_even_while_the_registry_is_busy() {
         let mut fds = [0; 2];
