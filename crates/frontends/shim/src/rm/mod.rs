@@ -16,7 +16,7 @@ pub mod hooks;
 use crate::log::{log_enabled, log_level};
 use abi::*;
 use std::ffi::{c_int, c_ulong, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// A compute channel group libcuda allocated.
@@ -145,32 +145,25 @@ fn real_close() -> Option<CloseFn> {
     Some(unsafe { std::mem::transmute::<usize, CloseFn>(p) })
 }
 
-/// Set in a forked child: the registry is the parent's (its groups are the parent's RM objects)
-/// and may have been held, at the fork, by a thread the child does not have.
-static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+/// The process whose channel groups GROUPS holds (0: none seen yet). A forked child has another
+/// pid: its copy of the registry names its parent's RM objects and may have been held, at the
+/// fork, by a thread the child does not have, so the child leaves it alone. Nothing is held
+/// across a fork instead: a prepare handler that took the registry made every libcuda thread
+/// whose RM call ended during the fork wait for it inside that call, and the child inherited
+/// libcuda half-way through the call.
+static OWNER: AtomicI32 = AtomicI32::new(0);
 
-/// `pthread_atfork` child handler: the child leaves the registry alone from now on, so neither
-/// its CUDA exit handlers' RM calls nor anything else waits on a lock no thread will release.
-extern "C" fn forked_child() {
-    FORKED_CHILD.store(true, Ordering::SeqCst);
-    GROUP_COUNT.store(0, Ordering::SeqCst);
-}
-
-/// Registers [`forked_child`], once, when the first group is seen. Nothing is held across a
-/// fork: a prepare handler that took the registry made every libcuda thread that finished an RM
-/// call during the fork wait inside libcuda for it, and the child inherited libcuda's state
-/// half-way through that call.
-fn watch_forks() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: registering a plain extern "C" fn without captured state.
-        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
-    });
+fn claim_registry() {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let _ = OWNER.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire);
 }
 
 /// GROUPS, with the closes that happened while it was busy applied; `None` in a forked child.
 fn registry() -> Option<MutexGuard<'static, Registry>> {
-    if FORKED_CHILD.load(Ordering::SeqCst) {
+    let owner = OWNER.load(Ordering::Acquire);
+    // SAFETY: getpid has no preconditions.
+    if owner != 0 && owner != unsafe { libc::getpid() } {
         return None;
     }
     Some(groups())
@@ -237,6 +230,7 @@ unsafe fn observe_alloc(fd: c_int, request: u64, arg: *const u8) {
         h_object: a.h_object,
     };
     let id = fd_identity(fd);
+    claim_registry();
     {
         let Some(mut reg) = registry() else {
             return;
@@ -244,7 +238,6 @@ unsafe fn observe_alloc(fd: c_int, request: u64, arg: *const u8) {
         reg.add(g, id);
         GROUP_COUNT.store(reg.len(), Ordering::Release);
     }
-    watch_forks();
     if log_enabled() {
         shim_log!(
             "compute channel group fd={fd} client={:#x} object={:#x}",
@@ -504,11 +497,10 @@ mod tests {
             let _ = done_rx.recv();
         });
         held_rx.recv().expect("the holder took the registry");
-        // SAFETY: the child runs the shim's child handler and what its exit path may call, then
-        // leaves with _exit.
+        claim_registry();
+        // SAFETY: the child calls what its exit path may call, then leaves with _exit.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            forked_child();
             let ok = xpreempt_shim_channel_groups() == 0
                 && xpreempt_shim_set_timeslice(1) == -(libc::ENODEV as i64);
             // SAFETY: leaving the forked child without running the parent's exit handlers.
