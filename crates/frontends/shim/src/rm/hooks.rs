@@ -71,7 +71,8 @@ fn config() -> &'static Config {
 /// Whether the RM hooks watch this process's calls (cheap after the first call).
 pub fn tracking() -> bool {
     match STATE.load(Ordering::Acquire) {
-        TRACKING | ACTIVE => true,
+        // A forked child's hook state is its parent's, and so are the groups it names.
+        TRACKING | ACTIVE => !super::forked_child(),
         OFF => false,
         _ => {
             let s = if config().mode == Mode::Off {

@@ -145,25 +145,32 @@ fn real_close() -> Option<CloseFn> {
     Some(unsafe { std::mem::transmute::<usize, CloseFn>(p) })
 }
 
-/// The process whose channel groups GROUPS holds (0: none seen yet). A forked child has another
-/// pid: its copy of the registry names its parent's RM objects and may have been held, at the
-/// fork, by a thread the child does not have, so the child leaves it alone. Nothing is held
-/// across a fork instead: a prepare handler that took the registry made every libcuda thread
-/// whose RM call ended during the fork wait for it inside that call, and the child inherited
-/// libcuda half-way through the call.
+/// The process that first called the interposed `ioctl` (0: none yet). A forked child has
+/// another pid: its registry names its parent's RM objects and may have been held, at the fork,
+/// by a thread the child does not have, so the child leaves it (and the RM hooks' state) alone.
+/// Nothing is held across a fork instead: a prepare handler that took the registry made every
+/// libcuda thread whose RM call ended during the fork wait for it inside that call, and the
+/// child inherited libcuda half-way through the call.
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
-fn claim_registry() {
+fn claim_owner() {
+    if OWNER.load(Ordering::Relaxed) == 0 {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        let _ = OWNER.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// Whether this is a forked child of the process whose RM calls were watched.
+pub(crate) fn forked_child() -> bool {
+    let owner = OWNER.load(Ordering::Acquire);
     // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
-    let _ = OWNER.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire);
+    owner != 0 && owner != unsafe { libc::getpid() }
 }
 
 /// GROUPS, with the closes that happened while it was busy applied; `None` in a forked child.
 fn registry() -> Option<MutexGuard<'static, Registry>> {
-    let owner = OWNER.load(Ordering::Acquire);
-    // SAFETY: getpid has no preconditions.
-    if owner != 0 && owner != unsafe { libc::getpid() } {
+    if forked_child() {
         return None;
     }
     Some(groups())
@@ -230,7 +237,6 @@ unsafe fn observe_alloc(fd: c_int, request: u64, arg: *const u8) {
         h_object: a.h_object,
     };
     let id = fd_identity(fd);
-    claim_registry();
     {
         let Some(mut reg) = registry() else {
             return;
@@ -296,6 +302,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         unsafe { *libc::__errno_location() = libc::ENOSYS };
         return -1;
     };
+    claim_owner();
     // Callers may pass the request as a sign-extended int: the kernel looks at 32 bits only.
     let req = request as u32 as u64;
     let rm_hooks = hooks::tracking();
@@ -497,7 +504,7 @@ mod tests {
             let _ = done_rx.recv();
         });
         held_rx.recv().expect("the holder took the registry");
-        claim_registry();
+        claim_owner();
         // SAFETY: the child calls what its exit path may call, then leaves with _exit.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
