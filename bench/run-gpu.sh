@@ -13,8 +13,9 @@
 #   cp "$(cargo test --release -p xpreempt-cuda --test conformance --no-run 2>&1 | exe)" .carry/cuda-conformance
 # Then on the device: `bash .carry/run-gpu.sh` (or STEPS="tests" ... for a subset). Steps: info lv3
 # tests daemon request sched latency smoke lcbe-persistent mps-persistent lcbe mps daemon-gpu
-# mps-daemon gpu-elapsed (daemon-gpu, mps-daemon: global mode through a private `xpreempt daemon`,
-# SECS=5 per scenario).
+# mps-daemon gpu-elapsed conformance fork-chaos (daemon-gpu, mps-daemon: global mode through a
+# private `xpreempt daemon`, SECS=5 per scenario; conformance: tests/cuda-apps under `xpreempt run`;
+# fork-chaos: fork_after_init FORK_SEEDS times per level under random suspensions).
 set -u
 C=$(pwd)/.carry
 R=/tmp/xp-results; mkdir -p $R
@@ -134,5 +135,16 @@ mps-daemon)
   lcbe mps-daemon --scenarios $S --secs $SECS --label mps-daemon --out $R/lcbe-mps-daemon.json --svg $R/lcbe-mps-daemon.svg
   lcbe mps-daemon-persistent --scenarios $S --secs $SECS --persistent --label mps-daemon --out $R/lcbe-mps-daemon-persistent.json --svg $R/lcbe-mps-daemon-persistent.svg
   mps_stop ;;
+conformance)
+  # The CUDA conformance suite: every program natively and under the shim at each level, with
+  # and without random suspensions, digests compared with native (about 5 minutes).
+  XPREEMPT_BIN=$XP TIMEOUT=40 RESULTS=$R/cuda-apps timeout 400 bash tests/cuda-apps/run.sh /tmp/xp-apps \
+    > $R/cuda-apps.log 2>&1 || { echo "FAILED: conformance"; FAILED="$FAILED conformance"; }
+  tail -20 $R/cuda-apps/summary.txt ;;
+fork-chaos)
+  # fork_after_init repeated under random suspensions; a hang or failure fails the step.
+  OUT=$R/fork SEEDS=${FORK_SEEDS:-40} LEVELS="${FORK_LEVELS:-1 2 3}" XP=$XP timeout 570 \
+    bash bench/run-fork-chaos.sh > $R/fork-chaos.txt 2>&1 || { echo "FAILED: fork-chaos"; FAILED="$FAILED fork-chaos"; }
+  grep -h HANG $R/fork-chaos.txt; cat $R/fork/fork.jsonl ;;
 esac; done
 date -u
