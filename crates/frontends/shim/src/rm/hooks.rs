@@ -516,6 +516,9 @@ pub fn note_launch(kind: u32) {
 /// after libcuda's own handlers, so it runs first), so that pinned maps do not keep them.
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
+        if super::forked_child() {
+            return; // the groups are the parent's, which lives on
+        }
         // Never wait at exit: a thread stuck in a round trip keeps its groups (the daemon drops
         // them with the connection anyway).
         let (Ok(mut t), Ok(mut b)) = (TRACKER.try_lock(), BACKEND.try_lock()) else {
