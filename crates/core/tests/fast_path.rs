@@ -1,6 +1,7 @@
 //! Local mode's fast paths: a submission to an idle high queue stops the queues it preempts
-//! before its own launch, a submission that fails undoes that, and a stop handed to the
-//! preemption thread never outlives the scheduler's wish for it.
+//! before its own launch (or, while the preemption thread spins, has that thread decide and stop
+//! them during the launch), a submission that fails undoes that, and neither an announcement nor
+//! a stop handed to the preemption thread outlives the scheduler's wish for it.
 
 mod common;
 
@@ -8,6 +9,7 @@ use common::{ThreadProbe, ready, within};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use xpreempt_core::policy::{Decision, Policy, QueueView, View};
 use xpreempt_core::sched::local::LocalScheduler;
 use xpreempt_core::sched::{QueueInfo, QueueReport, Scheduler};
 use xpreempt_core::xqueue::threaded::{SharedXQueue, TrySubmitError};
@@ -129,7 +131,10 @@ fn a_resume_decided_while_a_handed_off_stop_runs_leaves_the_queue_running() {
     assert!(low.suspended.load(Ordering::SeqCst));
     sink.report(QueueId(1), idle(2));
     assert!(!low.suspended.load(Ordering::SeqCst));
-    std::thread::sleep(Duration::from_millis(5));
+    assert!(
+        within(|| sched.preemption_thread_spins()),
+        "the preemption thread spins"
+    );
     // Handed off: the stop takes 40 ms, and the high queue is done after 10.
     low.slow_stop.store(true, Ordering::SeqCst);
     sink.report(QueueId(1), ready(3));
@@ -169,7 +174,10 @@ fn a_stop_the_busy_preemption_thread_could_not_take_is_made_by_the_next_ready() 
     assert!(a.suspended.load(Ordering::SeqCst));
     sink.report(QueueId(2), QueueReport::Idle { generation: 2 });
     assert!(!a.suspended.load(Ordering::SeqCst));
-    std::thread::sleep(Duration::from_millis(5));
+    assert!(
+        within(|| sched.preemption_thread_spins()),
+        "the preemption thread spins"
+    );
     // The preemption thread takes a stop of 40 ms...
     a.slow_stop.store(true, Ordering::SeqCst);
     sink.report(QueueId(1), ready(1));
@@ -179,12 +187,12 @@ fn a_stop_the_busy_preemption_thread_could_not_take_is_made_by_the_next_ready() 
         "xpreempt-preempt",
         "handed off"
     );
-    // ...while the high queue's announcement hands it the stop of `b`.
+    // ...while the high queue's announcement waits for it.
     let stops_before = b.suspended_on.lock().unwrap().len();
     sink.submitting(QueueId(2));
     assert!(
         !b.suspended.load(Ordering::SeqCst),
-        "the busy thread took it"
+        "nothing stopped `b` yet"
     );
     // The high queue's Ready after its first launch makes that stop itself.
     sink.report(QueueId(2), ready(3));
@@ -196,4 +204,115 @@ fn a_stop_the_busy_preemption_thread_could_not_take_is_made_by_the_next_ready() 
     let on = b.suspended_on.lock().unwrap()[stops_before..].to_vec();
     assert_eq!(on.len(), 1, "stopped once: {on:?}");
     assert_ne!(on[0], "xpreempt-preempt", "made by the reporting thread");
+}
+
+/// The names of the threads decisions ran on, in order.
+type Threads = Arc<Mutex<Vec<String>>>;
+
+/// HPF that notes the thread each decision ran on.
+struct NotingThreads {
+    hpf: Box<dyn Policy>,
+    threads: Threads,
+}
+
+impl Policy for NotingThreads {
+    fn name(&self) -> &'static str {
+        "hpf-noting-threads"
+    }
+    fn decide(&mut self, view: &View<'_>) -> Decision {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        self.threads.lock().unwrap().push(name);
+        self.hpf.decide(view)
+    }
+    fn preemption_rank(&self, queue: &QueueView) -> Option<i64> {
+        self.hpf.preemption_rank(queue)
+    }
+}
+
+/// Queues `a` (priority 1), `b` (2) and a high one (9) under a scheduler whose decisions note
+/// their threads, with the preemption thread made to spin by a first preemption.
+fn spinning_trio() -> (LocalScheduler, [Arc<ThreadProbe>; 3], Threads) {
+    let threads = Arc::new(Mutex::new(Vec::new()));
+    let policy = NotingThreads {
+        hpf: policy::by_name("hpf").unwrap(),
+        threads: threads.clone(),
+    };
+    let sched = LocalScheduler::start(Scheduler::new(Box::new(policy))).unwrap();
+    let probe = |id| {
+        Arc::new(ThreadProbe {
+            id,
+            ..ThreadProbe::default()
+        })
+    };
+    let (a, b, high) = (probe(0), probe(1), probe(2));
+    for (q, priority) in [(&a, 1), (&b, 2), (&high, 9)] {
+        sched
+            .register(QueueInfo::new(QueueId(q.id), priority), q.clone())
+            .unwrap();
+    }
+    let sink = sched.sink();
+    sink.report(QueueId(0), ready(1));
+    sink.report(QueueId(2), ready(1));
+    assert!(a.suspended.load(Ordering::SeqCst));
+    sink.report(QueueId(2), QueueReport::Idle { generation: 2 });
+    assert!(!a.suspended.load(Ordering::SeqCst));
+    assert!(
+        within(|| sched.preemption_thread_spins()),
+        "the preemption thread spins"
+    );
+    (sched, [a, b, high], threads)
+}
+
+#[test]
+fn while_the_preemption_thread_spins_it_decides_on_an_announcement_itself() {
+    let (sched, [a, _, _], threads) = spinning_trio();
+    let sink = sched.sink();
+    threads.lock().unwrap().clear();
+    sink.submitting(QueueId(2));
+    assert!(
+        within(|| a.suspended.load(Ordering::SeqCst)),
+        "the announcement stopped `a`"
+    );
+    let me = std::thread::current().name().unwrap_or("").to_string();
+    let seen = threads.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "no decision");
+    assert!(
+        seen.iter().all(|t| t == "xpreempt-preempt" && *t != me),
+        "decided on {seen:?}"
+    );
+    sink.report(QueueId(2), ready(3));
+    sink.report(QueueId(2), QueueReport::Idle { generation: 4 });
+    assert!(within(|| !a.suspended.load(Ordering::SeqCst)));
+}
+
+/// The preemption thread busy with a 40 ms stop of `a` (for `b`'s Ready) while the high queue
+/// announces a submission, then `take_back` on the high queue; `b` must never be stopped.
+fn announcement_taken_back(
+    take_back: impl FnOnce(&dyn xpreempt_core::xqueue::threaded::ReportSink),
+) {
+    let (sched, [a, b, _], _) = spinning_trio();
+    let sink = sched.sink();
+    a.slow_stop.store(true, Ordering::SeqCst);
+    sink.report(QueueId(1), ready(1));
+    assert!(within(|| a.suspended_on.lock().unwrap().len() == 2));
+    let stops_before = b.suspended_on.lock().unwrap().len();
+    sink.submitting(QueueId(2));
+    take_back(&*sink);
+    std::thread::sleep(Duration::from_millis(60));
+    let stops = b.suspended_on.lock().unwrap()[stops_before..].to_vec();
+    assert!(
+        stops.is_empty(),
+        "`b` was stopped for an announcement taken back, on {stops:?}"
+    );
+    assert!(!b.suspended.load(Ordering::SeqCst));
+}
+
+#[test]
+fn a_failed_submission_takes_back_an_announcement_not_decided_on() {
+    announcement_taken_back(|sink| sink.submit_failed(QueueId(2)));
+}
+
+#[test]
+fn the_queues_idle_supersedes_an_announcement_not_decided_on() {
+    announcement_taken_back(|sink| sink.report(QueueId(2), QueueReport::Idle { generation: 4 }));
 }

@@ -19,8 +19,10 @@ fn a_high_queue_in_one_agent_suspends_a_low_queue_in_another_and_nothing_is_lost
     assert!(a.is_remote() && b.is_remote());
     let low = queue(&a, &dev, 1);
     let high = queue(&b, &dev, 10);
+    // 20 ms of low work: still running when the high queue comes 5 ms later, even on a busy
+    // machine (with 8 ms it had drained now and then, and was never preempted).
     for _ in 0..40 {
-        low.submit(kernel(2, 200_000)).unwrap();
+        low.submit(kernel(2, 500_000)).unwrap();
     }
     std::thread::sleep(Duration::from_millis(5));
     for _ in 0..5 {

@@ -5,9 +5,11 @@
 //! waking any other thread (handing decisions to a sleeping thread cost hundreds of µs at p99 on
 //! the GPU machine). The one exception is a thread that already spins: while a queue with work
 //! can be preempted and preemptions happen, the preemption thread ([`super::preempter`]) spins
-//! and takes the suspensions off the reporting thread; one it has not taken by the next Ready
-//! (it got no CPU during the launch) is made by that Ready's thread. A timer thread serves the
-//! policy's timeslices, aging and resume retries.
+//! and takes the suspensions off the reporting thread, and decides on a submission's
+//! announcement itself while the submission launches. What it has not taken by the queue's next
+//! report (it got no CPU during the launch) is taken back: the announcement is dropped and the
+//! Ready's thread makes the stops. A timer thread serves the policy's timeslices, aging and
+//! resume retries.
 
 use super::driver::Driver;
 use super::preempter::{DEFAULT_HOT, LocalQueue, Preempter};
@@ -24,6 +26,8 @@ use xpreempt_types::{Nanos, QueueId};
 struct Shared {
     driver: Mutex<Driver<LocalQueue>>,
     preempter: Arc<Preempter>,
+    /// Queues announced to the spinning preemption thread, not decided on yet.
+    announced: Mutex<Vec<QueueId>>,
     /// Wakes the timer thread when the next wake-up time moves earlier, or at shutdown.
     timer: Condvar,
     shutdown: AtomicBool,
@@ -50,13 +54,21 @@ impl ReportSink for Sink {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        if matches!(report, QueueReport::Ready { .. }) {
+        // The queue's own report supersedes its announcement if the preemption thread has not
+        // decided on it yet; taken back first, it cannot land after the report.
+        let undecided = shared.take_back_announcement(queue);
+        let ready = matches!(report, QueueReport::Ready { .. });
+        if ready {
             // A stop handed off at the announcement that the preemption thread has not taken
             // during the whole first launch: it got no CPU, so this thread makes the stop.
             apply_handed_off(&shared);
         }
         if let Err(e) = shared.run(|d, clock| d.report(queue, report, clock)) {
             tracing::warn!(%e, "report ignored");
+        }
+        if ready && undecided {
+            // Nor did it get to the announcement: the stops this Ready decided are made here.
+            apply_handed_off(&shared);
         }
     }
 
@@ -66,18 +78,28 @@ impl ReportSink for Sink {
 
     /// The fast path of local mode: the Ready is decided before the launch, and what it
     /// preempts (handed to the spinning preemption thread) stops while the launch goes on.
+    /// While the preemption thread spins, it decides on the announcement too, so the
+    /// submitting thread goes on to its launch at once.
     fn submitting(&self, queue: QueueId) {
-        if let Some(shared) = self.shared.upgrade()
-            && let Err(e) = shared.run(|d, clock| d.announce(queue, clock))
-        {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        if shared.preempter.is_spinning() {
+            shared.lock_announced().push(queue);
+            shared.preempter.ring();
+        } else if let Err(e) = shared.run(|d, clock| d.announce(queue, clock)) {
             tracing::warn!(%e, "announcement ignored");
         }
     }
 
     fn submit_failed(&self, queue: QueueId) {
-        if let Some(shared) = self.shared.upgrade()
-            && let Err(e) = shared.run(|d, clock| d.withdraw(queue, clock))
-        {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        if shared.take_back_announcement(queue) {
+            return; // never decided on
+        }
+        if let Err(e) = shared.run(|d, clock| d.withdraw(queue, clock)) {
             tracing::warn!(%e, "withdrawal ignored");
         }
     }
@@ -95,6 +117,7 @@ impl LocalScheduler {
             wants_work: Arc::new(AtomicBool::new(scheduler.wants_work())),
             driver: Mutex::new(Driver::new(scheduler)),
             preempter: Arc::new(Preempter::new(hot)),
+            announced: Mutex::new(Vec::new()),
             timer: Condvar::new(),
             shutdown: AtomicBool::new(false),
             epoch: Instant::now(),
@@ -141,6 +164,12 @@ impl LocalScheduler {
         self.shared.run(|d, clock| d.dispatch(event, clock))
     }
 
+    /// Whether the preemption thread spins now, taking stops and announcements off the
+    /// reporting threads.
+    pub fn preemption_thread_spins(&self) -> bool {
+        self.shared.preempter.is_spinning()
+    }
+
     pub fn stats(&self) -> SchedulerStats {
         self.shared.lock().scheduler().stats().clone()
     }
@@ -163,6 +192,19 @@ impl Drop for LocalScheduler {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Driver<LocalQueue>> {
         self.driver.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_announced(&self) -> MutexGuard<'_, Vec<QueueId>> {
+        self.announced.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Removes `queue`'s announcement if the preemption thread has not decided on it; whether
+    /// there was one. Waits while that thread decides (it holds the list meanwhile).
+    fn take_back_announcement(&self, queue: QueueId) -> bool {
+        let mut pending = self.lock_announced();
+        let before = pending.len();
+        pending.retain(|&q| q != queue);
+        pending.len() != before
     }
 
     fn now(&self) -> Nanos {
@@ -245,12 +287,33 @@ fn run_preempter(shared: &Shared) {
             }
         } else {
             p.spinning(false);
+            decide_announced(shared);
             apply_handed_off(shared);
             std::thread::park_timeout(Duration::from_millis(20));
         }
+        decide_announced(shared);
         apply_handed_off(shared);
     }
     p.spinning(false);
+}
+
+/// Decides on the announcements handed to this thread; the stops they lead to are handed to it
+/// in turn. The list stays locked until the decisions are made, so that a queue's own report or
+/// failed submission, which take its announcement back first, never lands before it.
+fn decide_announced(shared: &Shared) {
+    let mut pending = shared.lock_announced();
+    if pending.is_empty() {
+        return;
+    }
+    let queues = std::mem::take(&mut *pending);
+    shared.run(|d, clock| {
+        for q in queues {
+            if let Err(e) = d.announce(q, clock) {
+                tracing::warn!(%e, "announcement ignored");
+            }
+        }
+    });
+    drop(pending);
 }
 
 /// How long one spin of the preemption thread lasts before it looks whether it is still hot.

@@ -78,6 +78,20 @@ impl Preempter {
         self.spinning.store(on, Ordering::SeqCst);
     }
 
+    pub fn is_spinning(&self) -> bool {
+        self.spinning.load(Ordering::SeqCst)
+    }
+
+    /// Tells the thread there is work for it. It may have stopped spinning after the caller
+    /// looked and drained before the caller's push: it is not left asleep with work (an unpark
+    /// before its park makes the park return at once).
+    pub fn ring(&self) {
+        self.bell.fetch_add(1, Ordering::SeqCst);
+        if !self.spinning.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
     pub fn bell(&self) -> u64 {
         self.bell.load(Ordering::SeqCst)
     }
@@ -102,12 +116,7 @@ impl Preempter {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(queue);
-        self.bell.fetch_add(1, Ordering::SeqCst);
-        // It may have stopped spinning after the check and drained before the push: it is not
-        // left asleep with work (an unpark before its park makes the park return at once).
-        if !self.spinning.load(Ordering::SeqCst) {
-            self.wake();
-        }
+        self.ring();
         true
     }
 
