@@ -56,28 +56,10 @@ fn a_high_queue_in_one_agent_suspends_a_low_queue_in_another_and_nothing_is_lost
     assert!(all_idle.is_some(), "{:?}", op.list());
 }
 
-/// `xpreemptd` as a separate process on `sock`.
-fn daemon_process(sock: &std::path::Path) -> std::process::Child {
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_xpreemptd"))
-        .arg("--socket")
-        .arg(sock)
-        .env("XPREEMPT_LOG", "warn")
-        .spawn()
-        .expect("xpreemptd starts");
-    assert!(
-        within(Duration::from_secs(5), || {
-            std::os::unix::net::UnixStream::connect(sock).is_ok()
-        })
-        .is_some(),
-        "xpreemptd never listened"
-    );
-    child
-}
-
 #[test]
 fn when_the_daemon_is_killed_agents_resume_their_queues_run_locally_and_come_back() {
     let sock = socket("death");
-    let mut d = daemon_process(&sock);
+    let d = DaemonProcess::start(&sock, &[]);
     let dev = Device::new();
     let (a, b) = (agent(&sock, "low"), agent(&sock, "high"));
     let low = queue(&a, &dev, 1);
@@ -89,8 +71,7 @@ fn when_the_daemon_is_killed_agents_resume_their_queues_run_locally_and_come_bac
         low.submit(kernel(1, 1_000_000)).unwrap();
     }
     assert!(within(Duration::from_secs(2), || low.is_suspended()).is_some());
-    d.kill().unwrap();
-    d.wait().unwrap();
+    drop(d); // killed
     let resumed = within(Duration::from_secs(1), || !low.is_suspended());
     assert!(
         resumed.is_some(),
@@ -100,7 +81,7 @@ fn when_the_daemon_is_killed_agents_resume_their_queues_run_locally_and_come_bac
         !a.is_remote(),
         "the agent did not notice the daemon's death"
     );
-    let mut d2 = daemon_process(&sock);
+    let d2 = DaemonProcess::start(&sock, &[]);
     assert!(
         within(Duration::from_secs(3), || a.is_remote() && b.is_remote()).is_some(),
         "agents did not reconnect"
@@ -109,8 +90,7 @@ fn when_the_daemon_is_killed_agents_resume_their_queues_run_locally_and_come_bac
         within(Duration::from_secs(2), || low.is_suspended()).is_some(),
         "the restarted daemon did not take over the decision"
     );
-    d2.kill().unwrap();
-    let _ = d2.wait();
+    drop(d2);
 }
 
 #[test]

@@ -122,7 +122,7 @@ impl DaemonProcess {
             .expect("xpreemptd starts");
         let d = Self(child);
         assert!(
-            within(Duration::from_secs(5), || {
+            within(Duration::from_secs(10), || {
                 std::os::unix::net::UnixStream::connect(sock).is_ok()
             })
             .is_some(),
