@@ -12,7 +12,7 @@ use std::time::Duration;
 use xpreempt_core::policy::{Decision, Policy, QueueView, View};
 use xpreempt_core::sched::local::LocalScheduler;
 use xpreempt_core::sched::{QueueInfo, QueueReport, Scheduler};
-use xpreempt_core::xqueue::threaded::{SharedXQueue, TrySubmitError};
+use xpreempt_core::xqueue::threaded::{ReportSink, SharedXQueue, TrySubmitError};
 use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId, XQueue, policy};
 use xpreempt_hal::faulty::Faults;
 use xpreempt_hal::observed::Observed;
@@ -154,39 +154,9 @@ fn a_resume_decided_while_a_handed_off_stop_runs_leaves_the_queue_running() {
 
 #[test]
 fn a_stop_the_busy_preemption_thread_could_not_take_is_made_by_the_next_ready() {
-    let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
-    let probe = |id| {
-        Arc::new(ThreadProbe {
-            id,
-            ..ThreadProbe::default()
-        })
-    };
-    let (a, b, high) = (probe(0), probe(1), probe(2));
-    for (q, priority) in [(&a, 1), (&b, 2), (&high, 9)] {
-        sched
-            .register(QueueInfo::new(QueueId(q.id), priority), q.clone())
-            .unwrap();
-    }
+    let (sched, [a, b, _], _) = spinning_trio();
     let sink = sched.sink();
-    sink.report(QueueId(0), ready(1));
-    // A first preemption (inline) makes the preemption thread spin.
-    sink.report(QueueId(2), ready(1));
-    assert!(a.suspended.load(Ordering::SeqCst));
-    sink.report(QueueId(2), QueueReport::Idle { generation: 2 });
-    assert!(!a.suspended.load(Ordering::SeqCst));
-    assert!(
-        within(|| sched.preemption_thread_spins()),
-        "the preemption thread spins"
-    );
-    // The preemption thread takes a stop of 40 ms...
-    a.slow_stop.store(true, Ordering::SeqCst);
-    sink.report(QueueId(1), ready(1));
-    assert!(within(|| a.suspended_on.lock().unwrap().len() == 2));
-    assert_eq!(
-        a.suspended_on.lock().unwrap()[1],
-        "xpreempt-preempt",
-        "handed off"
-    );
+    keep_the_preemption_thread_busy(&a, &*sink);
     // ...while the high queue's announcement waits for it.
     let stops_before = b.suspended_on.lock().unwrap().len();
     sink.submitting(QueueId(2));
@@ -285,16 +255,24 @@ fn while_the_preemption_thread_spins_it_decides_on_an_announcement_itself() {
     assert!(within(|| !a.suspended.load(Ordering::SeqCst)));
 }
 
-/// The preemption thread busy with a 40 ms stop of `a` (for `b`'s Ready) while the high queue
-/// announces a submission, then `take_back` on the high queue; `b` must never be stopped.
-fn announcement_taken_back(
-    take_back: impl FnOnce(&dyn xpreempt_core::xqueue::threaded::ReportSink),
-) {
-    let (sched, [a, b, _], _) = spinning_trio();
-    let sink = sched.sink();
+/// Makes the preemption thread take a stop of `a` (queue 0) that lasts 40 ms, for `b`'s Ready.
+fn keep_the_preemption_thread_busy(a: &ThreadProbe, sink: &dyn ReportSink) {
     a.slow_stop.store(true, Ordering::SeqCst);
     sink.report(QueueId(1), ready(1));
     assert!(within(|| a.suspended_on.lock().unwrap().len() == 2));
+    assert_eq!(
+        a.suspended_on.lock().unwrap()[1],
+        "xpreempt-preempt",
+        "handed off"
+    );
+}
+
+/// The preemption thread busy with a 40 ms stop of `a` while the high queue announces a
+/// submission, then `take_back` on the high queue; `b` must never be stopped.
+fn announcement_taken_back(take_back: impl FnOnce(&dyn ReportSink)) {
+    let (sched, [a, b, _], _) = spinning_trio();
+    let sink = sched.sink();
+    keep_the_preemption_thread_busy(&a, &*sink);
     let stops_before = b.suspended_on.lock().unwrap().len();
     sink.submitting(QueueId(2));
     take_back(&*sink);
