@@ -145,9 +145,11 @@ fn real_close() -> Option<CloseFn> {
     Some(unsafe { std::mem::transmute::<usize, CloseFn>(p) })
 }
 
-/// The process that first called the interposed `ioctl` (0: none yet). A forked child has
+/// The process whose compute channel groups were seen first (0: none yet). A forked child has
 /// another pid: its registry names its parent's RM objects and may have been held, at the fork,
 /// by a thread the child does not have, so the child leaves it (and the RM hooks' state) alone.
+/// A child of a process that never made a group (a program that initializes CUDA only in its
+/// workers, say) owns the registry itself.
 /// Nothing is held across a fork instead: a prepare handler that took the registry made every
 /// libcuda thread whose RM call ended during the fork wait for it inside that call, and the
 /// child inherited libcuda half-way through the call.
@@ -237,6 +239,7 @@ unsafe fn observe_alloc(fd: c_int, request: u64, arg: *const u8) {
         h_object: a.h_object,
     };
     let id = fd_identity(fd);
+    claim_owner();
     {
         let Some(mut reg) = registry() else {
             return;
@@ -302,7 +305,6 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         unsafe { *libc::__errno_location() = libc::ENOSYS };
         return -1;
     };
-    claim_owner();
     // Callers may pass the request as a sign-extended int: the kernel looks at 32 bits only.
     let req = request as u32 as u64;
     let rm_hooks = hooks::tracking();
@@ -521,6 +523,34 @@ mod tests {
             code,
             Some(0),
             "the child waited for the registry (killed after 10 s) or saw it"
+        );
+    }
+
+    #[test]
+    fn only_a_compute_group_makes_a_process_the_registrys_owner() {
+        let _serial = crate::cuda::fork_gate::FORK_TESTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // In a child, as a process that has made no group yet: an unrelated ioctl (a terminal
+        // query, as Python's start-up makes) must not claim the registry, or the workers it
+        // forks later could not register their own groups.
+        // SAFETY: the child only calls the interposer and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            OWNER.store(0, Ordering::SeqCst);
+            let mut winsize = [0u16; 4];
+            // SAFETY: TIOCGWINSZ on stdin with a buffer of its size; failure is fine.
+            unsafe { ioctl(0, libc::TIOCGWINSZ, winsize.as_mut_ptr().cast()) };
+            let unclaimed = OWNER.load(Ordering::SeqCst) == 0;
+            claim_owner();
+            let ok = unclaimed && !forked_child() && registry().is_some();
+            // SAFETY: leaving the forked child without running the parent's exit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        assert!(pid > 0, "fork failed");
+        assert_eq!(
+            exit_code_within(pid, std::time::Duration::from_secs(10)),
+            Some(0)
         );
     }
 
