@@ -307,7 +307,10 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
     };
     // Callers may pass the request as a sign-extended int: the kernel looks at 32 bits only.
     let req = request as u32 as u64;
-    let rm_hooks = hooks::tracking();
+    let watched =
+        req == IOCTL_RM_ALLOC_NVOS64 || req == IOCTL_RM_ALLOC_NVOS21 || req == IOCTL_RM_FREE;
+    // Asked only for RM calls: any other ioctl (UVM, terminals) passes with no look at the hooks.
+    let rm_hooks = (watched || req == IOCTL_RM_CONTROL) && hooks::tracking();
     let pre = if rm_hooks && req == IOCTL_RM_CONTROL {
         let argp = arg as usize;
         // SAFETY: the caller's NVOS54; a panic inside is caught and the call goes on untouched.
@@ -318,10 +321,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
     };
     // SAFETY: pass-through with the caller's arguments.
     let r = unsafe { real(fd, request, arg) };
-    let watched =
-        req == IOCTL_RM_ALLOC_NVOS64 || req == IOCTL_RM_ALLOC_NVOS21 || req == IOCTL_RM_FREE;
-    let hooked = rm_hooks && (watched || req == IOCTL_RM_CONTROL);
-    if r == 0 && (watched || hooked) {
+    if r == 0 && (watched || rm_hooks) {
         // SAFETY: reading errno; the observation must not change what the caller sees.
         let errno = unsafe { *libc::__errno_location() };
         let argp = arg as usize;
@@ -333,7 +333,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
                 } else if watched {
                     observe_alloc(fd, req, argp as *const u8)
                 }
-                if hooked {
+                if rm_hooks {
                     hooks::after(fd, req, argp as *mut u8, pre)
                 }
             }
