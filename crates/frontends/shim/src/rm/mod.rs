@@ -149,25 +149,17 @@ fn real_close() -> Option<CloseFn> {
 /// another pid: its registry names its parent's RM objects and may have been held, at the fork,
 /// by a thread the child does not have, so the child leaves it (and the RM hooks' state) alone.
 /// A child of a process that never made a group (a program that initializes CUDA only in its
-/// workers, say) owns the registry itself.
-/// Nothing is held across a fork instead: a prepare handler that took the registry made every
-/// libcuda thread whose RM call ended during the fork wait for it inside that call, and the
-/// child inherited libcuda half-way through the call.
-static OWNER: AtomicI32 = AtomicI32::new(0);
+/// workers, say) owns the registry itself. Nothing is held across a fork (`cuda::fork_gate`).
+static OWNER: AtomicU32 = AtomicU32::new(0);
 
 fn claim_owner() {
-    if OWNER.load(Ordering::Relaxed) == 0 {
-        // SAFETY: getpid has no preconditions.
-        let me = unsafe { libc::getpid() };
-        let _ = OWNER.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire);
-    }
+    let _ = OWNER.compare_exchange(0, std::process::id(), Ordering::AcqRel, Ordering::Acquire);
 }
 
 /// Whether this is a forked child of the process whose RM calls were watched.
 pub(crate) fn forked_child() -> bool {
     let owner = OWNER.load(Ordering::Acquire);
-    // SAFETY: getpid has no preconditions.
-    owner != 0 && owner != unsafe { libc::getpid() }
+    owner != 0 && owner != std::process::id()
 }
 
 /// GROUPS, with the closes that happened while it was busy applied; `None` in a forked child.
