@@ -18,7 +18,8 @@ bench/results/2026-11-23-h100-green-contexts.md).
 MPS runs use private pipe/log dirs.
 
 Goal (issue 10): inference p99 <= 1.2 x alone and training >= 0.9 x (1 - u) of alone, u being the
-fraction of the time the inference alone keeps the GPU busy.
+fraction of the time the inference alone keeps the GPU busy. The training alone runs again after
+the shared runs (not with --quick), and "alone" for the training is the mean of the two windows.
 
 Writes to --out-dir: summary.json, summary.md, cdf-<group>.png, and raw/ (every process's JSON
 and log).
@@ -41,6 +42,7 @@ NATIVE_MODES = ["native", "mps", "mps_prio", "mps70"]
 XP_MODES = ["xp_lv1", "xp_lv3", "xp_mps", "xp_pass"]
 GREEN_MODES = [f"mps_green{n}" for n in (8, 16, 32, 64, 96)]
 PRIORITY = {"high": 10, "medium": 5, "low": 0}
+ALONE_AFTER = "aloneafter"  # the training alone again, after the shared runs
 XP_RUN_ARGS = {"xp_lv1": ["--level", "1"], "xp_lv3": ["--level", "3"], "xp_mps": ["--level", "1"],
                "xp_pass": ["--pass-through"]}
 
@@ -50,15 +52,15 @@ def base_mode(mode):
     `xpreempt run --idle-linger-us 500` for every process and `--window 4` for the training;
     `+midwindow16` gives the trio's medium process `--window 16` (above priority 0 it runs
     unthrottled, so its in-flight work may delay the high process it is preempted by);
-    `xp_mps+beclientprio` runs the training at MPS client priority 1 (below normal), which
-    reaches the legacy default stream where stream priorities cannot."""
+    `xp_mps+beclientnormal` runs the training at MPS client priority 0 (normal), where
+    `xpreempt run` would put a priority-0 program below normal."""
     return mode.split("+", 1)[0]
 
 
 def variant_args(mode, role="high"):
     args = []
     for part in mode.split("+")[1:]:
-        if part == "beclientprio":
+        if part == "beclientnormal":
             continue  # an environment setting: Env.process_env
         for prefix, flag, roles in (("linger", "--idle-linger-us", None), ("bewindow", "--window", ["low"]),
                                     ("midwindow", "--window", ["medium"])):
@@ -68,7 +70,7 @@ def variant_args(mode, role="high"):
                     args += [flag, value]
                 break
         else:
-            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, beclientprio)")
+            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, beclientnormal)")
     return args
 
 
@@ -155,8 +157,8 @@ class Env:
         if self.mode in GREEN_MODES and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
             env["XP_GREEN_KEEP_FREE"] = self.mode.removeprefix("mps_green")  # read by train.py
-        if "beclientprio" in self.variant.split("+")[1:] and role == "low":
-            env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
+        if "beclientnormal" in self.variant.split("+")[1:] and role == "low":
+            env["CUDA_MPS_CLIENT_PRIORITY"] = "0"
         if self.mode == "mps_prio" and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"  # below normal; the others stay at 0 (normal)
         if self.mode == "mps70" and role == "low":
@@ -321,14 +323,18 @@ def summarize(runs, alone):
     """Adds normalized metrics and goal checks to every shared run."""
     rows = []
     train_alone = alone.get("train")
-    train_ref = None
-    if train_alone and "step_end" in train_alone:
-        train_ref = window_rate(train_alone, train_alone["t_ready"], train_alone["t_stop"])
+    # The training alone is measured before and after the shared runs (the GPU's speed drifts by
+    # a few per cent within a run); shared runs are normalized to the mean of the two.
+    solo = [window_rate(t, t["t_ready"], t["t_stop"]) for t in (train_alone, alone.get("train_after"))
+            if t and "step_end" in t]
+    solo = [r for r in solo if r]
+    train_ref = sum(solo) / len(solo) if solo else None
     for r in runs:
         res = r["results"]
         m = res.get(r["measuring"], {})
         ref = alone.get(r["measuring"], {})
-        mode = r["mode"] if r["mode"] != "alone" else f"alone ({r['measuring']})"
+        mode = {"alone": f"alone ({r['measuring']})", ALONE_AFTER: f"alone again ({r['measuring']})"}.get(
+            r["mode"], r["mode"])
         row = {"group": r["group"], "mode": mode, "measuring": r["measuring"]}
         if "latency" in m:
             row.update({"p50_ms": m["latency"]["p50_ms"], "p99_ms": m["latency"]["p99_ms"],
@@ -342,8 +348,8 @@ def summarize(runs, alone):
                 row["svc_p99_x"] = m["service"]["p99_ms"] / ref["service"]["p99_ms"]
                 row["u_alone"] = ref.get("u")
                 row["outputs_equal_alone"] = m.get("output_sha256") == ref.get("output_sha256")
-        elif "steps_per_s_after_warmup" in m:
-            row["train_steps_per_s"] = train_ref
+        elif "steps_per_s_after_warmup" in m and "step_end" in m:
+            row["train_steps_per_s"] = window_rate(m, m["t_ready"], m["t_stop"])
         if "medium" in res and r["measuring"] != "medium" and "latency" in res["medium"]:
             med, mref = res["medium"], alone.get("medium", {})
             row["medium_p99_ms"] = med["latency"]["p99_ms"]
@@ -387,7 +393,8 @@ def markdown(rows, meta):
            f"{meta['util']}, training {meta['train_model']} batch {meta['train_batch']}.", "",
            "Latency counts from the request's (Poisson) arrival, so queueing behind slow requests counts;"
            " service = request start to completion. Goals (issue 10): p99 ≤ 1.2× alone, training ≥ 0.9 × (1 − u) of alone"
-           " (u: the inference's, plus the medium's in the trio).", "",
+           " (u: the inference's, plus the medium's in the trio). Training alone: the mean of its windows"
+           " before and after the shared runs.", "",
            "| group | mode | p50 ms | p99 ms | p50/alone | p99/alone | service p50 ms | service p99 ms "
            "| service p99/alone | train steps/s | train/alone | u (alone) | goal p99 | goal service p99 "
            "| goal train | weights = alone | outputs = alone | medium p99/alone | training stopped /s |",
@@ -468,9 +475,9 @@ def load_raw(raw):
         with open(os.path.join(raw, f)) as fh:
             by_key.setdefault((group, mode), {})[kind] = json.load(fh)
     for (group, mode), results in sorted(by_key.items()):
-        if mode == "alone":
+        if mode in ("alone", ALONE_AFTER):
             for kind, res in results.items():
-                alone[kind] = res
+                alone[kind if mode == "alone" else f"{kind}_after"] = res
                 alone_runs.append({"group": group, "mode": mode, "measuring": kind, "results": {kind: res}})
         else:
             runs.append({"group": group, "mode": mode, "measuring": GROUP_MEMBERS[group][0][1], "results": results,
@@ -478,7 +485,7 @@ def load_raw(raw):
     order = {m: i for i, m in enumerate(NATIVE_MODES + GREEN_MODES + XP_MODES)}
     groups = {g: i for i, g in enumerate(GROUP_MEMBERS)}
     runs.sort(key=lambda r: (groups.get(r["group"], 9), order.get(base_mode(r["mode"]), 99), r["mode"]))
-    alone_runs.sort(key=lambda r: (groups.get(r["group"], 9), r["measuring"] == "train"))
+    alone_runs.sort(key=lambda r: (groups.get(r["group"], 9), r["measuring"] == "train", r["mode"] == ALONE_AFTER))
     return alone, alone_runs, runs
 
 
@@ -493,7 +500,8 @@ def report(args, alone, alone_runs, runs, meta):
             capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
-    summary = {"meta": meta, "rows": rows, "alone": {r["measuring"]: strip(r["results"]) for r in alone_runs},
+    summary = {"meta": meta, "rows": rows, "alone": {r["measuring"] + ("_after" if r["mode"] == ALONE_AFTER else ""): strip(r["results"])
+                                            for r in alone_runs},
                "runs": [{**{k: v for k, v in r.items() if k != "results"}, "results": strip(r["results"])}
                         for r in runs]}
     with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
@@ -546,11 +554,11 @@ def main():
     started = time.time()
     alone, alone_runs, runs = {}, [], []
 
-    def run_alone(group, role, kind):
-        r = runner.run(group, "alone", [(role, kind)])
+    def run_alone(group, role, kind, mode="alone"):
+        r = runner.run(group, mode, [(role, kind)])
         alone_runs.append(r)
         res = r["results"].get(kind, {})
-        alone[kind] = res
+        alone[kind if mode == "alone" else f"{kind}_after"] = res
         if "rate_per_s" in res:
             runner.rates[kind] = res["rate_per_s"]
 
@@ -563,6 +571,8 @@ def main():
             run_alone("eager", "high", "eager")
         for mode in group_modes[group]:
             runs.append(runner.run(group, mode, GROUP_MEMBERS[group]))
+    if runs and not args.quick:
+        run_alone("pair", "low", "train", ALONE_AFTER)
 
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": command,
             "duration": args.duration, "xpreempt_bin": args.xpreempt_bin, "groups": groups,

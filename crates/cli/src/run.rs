@@ -11,7 +11,9 @@ use xpreempt_ipc::operator::Operator;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Logical priority of the program's queues (larger runs first).
+    /// Logical priority of the program's queues (larger runs first). Over the daemon's MPS,
+    /// 0 and below also run at MPS client priority "below normal" unless
+    /// $CUDA_MPS_CLIENT_PRIORITY says otherwise.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub priority: i32,
     /// Preemption level: 1 = bounded in-flight window and launch gating, 2 = also block-level
@@ -119,7 +121,17 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Plan {
         if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
             env.push(("CUDA_DEVICE_MAX_CONNECTIONS", "32".into()));
         }
-        notes.push(format!("over the daemon's MPS ({pipe})"));
+        // The hardware's two MPS client priorities, below normal for priority 0 and under, so
+        // that the training's closed kernels yield SMs to higher clients' blocks as they retire.
+        // It reaches the legacy default stream (PyTorch's), which stream priorities cannot.
+        if args.priority <= 0 && std::env::var_os("CUDA_MPS_CLIENT_PRIORITY").is_none() {
+            env.push(("CUDA_MPS_CLIENT_PRIORITY", "1".into()));
+            notes.push(format!(
+                "over the daemon's MPS ({pipe}), at MPS client priority below normal"
+            ));
+        } else {
+            notes.push(format!("over the daemon's MPS ({pipe})"));
+        }
     }
     env.push(("XPREEMPT_LEVEL", level.to_string().into()));
     if args.pass_through {
@@ -225,6 +237,15 @@ mod tests {
         assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), Some("/s.mps/pipe"));
         assert_eq!(get(&p, "XPREEMPT_INTERCEPT"), Some("1"));
         assert!(get(&p, "LD_PRELOAD").unwrap().starts_with("/lib/shim.so"));
+        if std::env::var_os("CUDA_MPS_CLIENT_PRIORITY").is_none() {
+            assert_eq!(get(&p, "CUDA_MPS_CLIENT_PRIORITY"), Some("1"));
+            let high = plan(
+                &args(&["--priority", "1", "--", "x"]),
+                Path::new("/s.so"),
+                &mps,
+            );
+            assert_eq!(get(&high, "CUDA_MPS_CLIENT_PRIORITY"), None);
+        }
         let local = Scheduler::Local {
             socket: "/s".into(),
             why: "none".into(),
@@ -232,6 +253,7 @@ mod tests {
         let p = plan(&a, Path::new("/lib/shim.so"), &local);
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("3"));
         assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), None);
+        assert_eq!(get(&p, "CUDA_MPS_CLIENT_PRIORITY"), None);
         assert!(p.notes[0].contains("no daemon"), "{:?}", p.notes);
         assert_eq!(get(&p, "XPREEMPT_IDLE_LINGER_US"), None);
         let a = args(&[
