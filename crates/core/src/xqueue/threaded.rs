@@ -120,7 +120,11 @@ where
         let watcher_inner = Arc::clone(&inner);
         let watcher = std::thread::Builder::new()
             .name(format!("xpreempt-{id}"))
-            .spawn(move || watch(&watcher_inner, id))
+            .spawn(move || {
+                watch(&watcher_inner, id);
+                drop(watcher_inner);
+                H::watcher_ending();
+            })
             .ok();
         if watcher.is_none() {
             tracing::error!(queue = %id, "could not start the completion watcher; waits will poll");

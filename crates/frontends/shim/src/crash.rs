@@ -138,7 +138,9 @@ extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, context: *
         }
         let at_fork = crate::cuda::fork_gate::threads_at_last_fork();
         if !at_fork.is_empty() {
-            write_err(b"xpreempt-shim: the other threads at the last fork (tid name state):\n");
+            write_err(
+                b"xpreempt-shim: the other threads at the last fork (tid name state wchan):\n",
+            );
             write_err(at_fork);
         }
         libc::signal(sig, libc::SIG_DFL);

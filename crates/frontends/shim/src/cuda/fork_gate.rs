@@ -9,23 +9,21 @@
 //! (or setting the process's timeslice through the RM interposer), and they wait until the fork
 //! is done.
 //!
-//! Nothing else is held across the fork. Until build a3f9de6 the forking thread also took the RM
-//! interposer's registry here, so a libcuda thread whose RM call ended during the fork waited
-//! for it inside that call, and the child inherited libcuda half-way through the call. That is
-//! one way to the hang seen under random suspensions, where a child that leaves with `exit()`
-//! now and then spins in libcuda's ELF destructor (`bench/results/2026-11-23-h100-session5.md`);
-//! whether it is the way has yet to be measured on a GPU. A forked child now leaves the registry
-//! alone instead (`crate::rm`). What every thread was doing at the fork is kept for the crash
-//! handler (`XPREEMPT_SHIM_BACKTRACE=1`, then SIGABRT), which also prints the code addresses on
-//! the stack.
+//! The fork also waits for a shim thread that is ending (a completion watcher of a destroyed
+//! stream) to be gone: see [`thread_ending`]. Nothing else is held across the fork (a forked
+//! child leaves the RM interposer's registry alone instead, `crate::rm`). What every thread was
+//! doing at the fork is kept for the crash handler (`XPREEMPT_SHIM_BACKTRACE=1`, then SIGABRT),
+//! which also prints the code addresses on the stack.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 static FORKING: AtomicBool = AtomicBool::new(false);
 /// The shim's threads inside libcuda now.
 static INSIDE: AtomicUsize = AtomicUsize::new(0);
+/// Thread ids of the shim's threads that are ending (0: a free slot); see [`thread_ending`].
+static ENDING: [AtomicI32; 16] = [const { AtomicI32::new(0) }; 16];
 /// A thread stuck inside libcuda (waiting on a lock the forking thread holds, say) must not
 /// hang the application's fork for good.
 const PATIENCE: Duration = Duration::from_millis(100);
@@ -70,6 +68,52 @@ impl Drop for Inside {
     }
 }
 
+/// On one of the shim's threads that is about to end (a completion watcher whose stream was
+/// destroyed): its thread-local destructors, libcuda's among them, run next. A fork under way
+/// finishes first, and a fork from now on waits until the thread is gone.
+///
+/// A child forked while a thread was in libcuda's destructor inherits libcuda half-way through
+/// it. Measured: the `fork_after_init` children that hung in libcuda's ELF destructor were all
+/// forked just after the program destroyed a stream, with that stream's watcher still alive.
+pub fn thread_ending() {
+    if !xpreempt_hal::placement::is_xpreempt_thread() {
+        return;
+    }
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() };
+    forget_ended();
+    loop {
+        let Some(slot) = ENDING
+            .iter()
+            .find(|s| s.compare_exchange(0, me, SeqCst, SeqCst).is_ok())
+        else {
+            shim_log!("fork: too many of the shim's threads ending at once; not tracked");
+            return;
+        };
+        if !FORKING.load(SeqCst) {
+            return;
+        }
+        slot.store(0, SeqCst);
+        while FORKING.load(SeqCst) {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+fn alive(tid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
+}
+
+/// Frees the slots of threads that are gone.
+fn forget_ended() {
+    for slot in &ENDING {
+        let tid = slot.load(SeqCst);
+        if tid != 0 && !alive(tid) {
+            let _ = slot.compare_exchange(tid, 0, SeqCst, SeqCst);
+        }
+    }
+}
+
 /// `pthread_atfork` prepare handler.
 pub extern "C" fn before_fork() {
     FORKING.store(true, SeqCst);
@@ -81,13 +125,24 @@ pub extern "C" fn before_fork() {
         }
         std::thread::yield_now();
     }
+    'ending: for slot in &ENDING {
+        let tid = slot.load(SeqCst);
+        while tid != 0 && alive(tid) {
+            if since.elapsed() > PATIENCE {
+                shim_log!("fork: one of the shim's threads is still ending; forking anyway");
+                break 'ending;
+            }
+            std::thread::yield_now();
+        }
+    }
+    forget_ended();
     if crate::crash::installed() {
         AT_FORK.set(&other_threads());
     }
 }
 
-/// The process's other threads: (tid, name, state letter of /proc's stat).
-fn other_threads() -> Vec<(u32, String, u8)> {
+/// The process's other threads: (tid, name, state letter of /proc's stat, where it sleeps).
+fn other_threads() -> Vec<(u32, String, u8, String)> {
     // SAFETY: gettid has no preconditions.
     let me = unsafe { libc::gettid() } as u32;
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
@@ -101,7 +156,9 @@ fn other_threads() -> Vec<(u32, String, u8)> {
             let (head, tail) = stat.rsplit_once(')')?;
             let name = head.split_once('(')?.1.to_string();
             let state = *tail.trim_start().as_bytes().first()?;
-            Some((tid, name, state))
+            let wchan =
+                std::fs::read_to_string(format!("/proc/self/task/{tid}/wchan")).unwrap_or_default();
+            Some((tid, name, state, wchan))
         })
         .collect()
 }
@@ -115,7 +172,7 @@ pub fn threads_at_last_fork() -> &'static [u8] {
 /// in practice; a torn read costs a garbled diagnostic, nothing else).
 struct Snapshot {
     len: AtomicUsize,
-    text: std::cell::UnsafeCell<[u8; 1024]>,
+    text: std::cell::UnsafeCell<[u8; 2048]>,
 }
 
 // SAFETY: see the type's comment: one writer at a time, readers tolerate a torn copy.
@@ -125,25 +182,25 @@ impl Snapshot {
     const fn new() -> Self {
         Self {
             len: AtomicUsize::new(0),
-            text: std::cell::UnsafeCell::new([0; 1024]),
+            text: std::cell::UnsafeCell::new([0; 2048]),
         }
     }
 
-    fn set(&self, threads: &[(u32, String, u8)]) {
+    fn set(&self, threads: &[(u32, String, u8, String)]) {
         let mut text = String::new();
-        for (tid, name, state) in threads {
-            text.push_str(&format!("{tid} {name} {}\n", *state as char));
+        for (tid, name, state, wchan) in threads {
+            text.push_str(&format!("{tid} {name} {} {wchan}\n", *state as char));
         }
-        let n = text.len().min(1024);
+        let n = text.len().min(2048);
         self.len.store(0, SeqCst);
-        // SAFETY: the buffer is 1024 bytes and `n` ≤ 1024; see the type's comment on races.
+        // SAFETY: the buffer is 2048 bytes and `n` ≤ 2048; see the type's comment on races.
         unsafe { (&mut *self.text.get())[..n].copy_from_slice(&text.as_bytes()[..n]) };
         self.len.store(n, SeqCst);
     }
 
     fn get(&self) -> &[u8] {
         let n = self.len.load(SeqCst);
-        // SAFETY: `n` ≤ 1024 bytes of the buffer.
+        // SAFETY: `n` ≤ 2048 bytes of the buffer.
         unsafe { &(&*self.text.get())[..n] }
     }
 }
@@ -217,6 +274,59 @@ mod tests {
     }
 
     #[test]
+    fn a_fork_waits_until_an_ending_shim_thread_is_gone_and_holds_off_one_that_would_end() {
+        let _serial = FORK_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        let ending = |linger: Duration| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let t = std::thread::Builder::new()
+                .name("xpreempt-test-ending".into())
+                .spawn(move || {
+                    thread_ending();
+                    // SAFETY: gettid has no preconditions.
+                    tx.send(unsafe { libc::gettid() }).expect("send");
+                    // What follows stands for the thread's teardown after it said it ends.
+                    std::thread::sleep(linger);
+                })
+                .expect("spawn");
+            (t, rx.recv().expect("tid"))
+        };
+
+        let (t, tid) = ending(Duration::from_millis(30));
+        let since = Instant::now();
+        before_fork();
+        assert!(
+            !alive(tid),
+            "the fork went on while the thread was still ending"
+        );
+        assert!(since.elapsed() >= Duration::from_millis(20));
+        assert!(
+            ENDING.iter().all(|s| s.load(SeqCst) != tid),
+            "its slot was kept"
+        );
+        after_fork();
+        t.join().expect("join");
+
+        // A thread that comes to its end during a fork waits until the fork is done.
+        FORKING.store(true, SeqCst);
+        let done = Arc::new(AtomicBool::new(false));
+        let t = {
+            let done = done.clone();
+            std::thread::Builder::new()
+                .name("xpreempt-test-late".into())
+                .spawn(move || {
+                    thread_ending();
+                    done.store(true, SeqCst);
+                })
+                .expect("spawn")
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!done.load(SeqCst), "a thread ended during the fork");
+        after_fork();
+        t.join().expect("join");
+        assert!(done.load(SeqCst));
+    }
+
+    #[test]
     fn the_fork_snapshot_names_the_other_threads_and_their_states() {
         let _serial = FORK_TESTS.lock().unwrap_or_else(|p| p.into_inner());
         let stop = Arc::new(AtomicBool::new(false));
@@ -238,7 +348,10 @@ mod tests {
             .lines()
             .find(|l| l.contains("some (thread) x"))
             .unwrap_or_else(|| panic!("no line for the thread in {text:?}"));
-        let state = line.rsplit(' ').next().expect("state");
+        let state = line
+            .split_once("some (thread) x ")
+            .and_then(|(_, rest)| rest.split(' ').next())
+            .expect("state");
         assert!(["S", "R"].contains(&state), "{line}");
         stop.store(true, SeqCst);
         sleeper.join().expect("join");

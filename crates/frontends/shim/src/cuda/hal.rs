@@ -328,6 +328,10 @@ impl HwQueue for StreamHal {
         !self.lv2 || self.lv2_settled()
     }
 
+    fn watcher_ending() {
+        super::fork_gate::thread_ending();
+    }
+
     fn deactivate(&self) -> Result<(), HalError> {
         if !self.lv2 {
             return Err(self.unsupported("deactivate", Level::Lv2));
