@@ -276,22 +276,18 @@ mod tests {
     #[test]
     fn a_fork_waits_until_an_ending_shim_thread_is_gone_and_holds_off_one_that_would_end() {
         let _serial = FORK_TESTS.lock().unwrap_or_else(|p| p.into_inner());
-        let ending = |linger: Duration| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            let t = std::thread::Builder::new()
-                .name("xpreempt-test-ending".into())
-                .spawn(move || {
-                    thread_ending();
-                    // SAFETY: gettid has no preconditions.
-                    tx.send(unsafe { libc::gettid() }).expect("send");
-                    // What follows stands for the thread's teardown after it said it ends.
-                    std::thread::sleep(linger);
-                })
-                .expect("spawn");
-            (t, rx.recv().expect("tid"))
-        };
-
-        let (t, tid) = ending(Duration::from_millis(30));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::Builder::new()
+            .name("xpreempt-test-ending".into())
+            .spawn(move || {
+                thread_ending();
+                // SAFETY: gettid has no preconditions.
+                tx.send(unsafe { libc::gettid() }).expect("send");
+                // Stands for the thread's teardown after it said it ends.
+                std::thread::sleep(Duration::from_millis(30));
+            })
+            .expect("spawn");
+        let tid = rx.recv().expect("tid");
         let since = Instant::now();
         before_fork();
         assert!(
