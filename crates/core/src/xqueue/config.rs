@@ -6,6 +6,12 @@ use xpreempt_types::{Level, Nanos};
 
 pub const DEFAULT_THRESHOLD: u32 = 16;
 pub const DEFAULT_BATCH: u32 = 8;
+/// See [`QueueConfig::with_idle_poll`].
+pub const DEFAULT_IDLE_POLL_NS: Nanos = 50_000_000;
+
+fn default_idle_poll() -> Nanos {
+    DEFAULT_IDLE_POLL_NS
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueConfig {
@@ -15,6 +21,10 @@ pub struct QueueConfig {
     /// How long a queue that ran dry still counts as having work (see [`Self::with_idle_linger`]).
     #[serde(default)]
     idle_linger_ns: Nanos,
+    /// How long a threaded queue's watcher keeps looking for work after the queue went idle
+    /// (see [`Self::with_idle_poll`]).
+    #[serde(default = "default_idle_poll")]
+    idle_poll_ns: Nanos,
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -36,6 +46,7 @@ impl Default for QueueConfig {
             batch: DEFAULT_BATCH,
             level: Level::Lv3,
             idle_linger_ns: 0,
+            idle_poll_ns: DEFAULT_IDLE_POLL_NS,
         }
     }
 }
@@ -57,6 +68,7 @@ impl QueueConfig {
             batch,
             level,
             idle_linger_ns: 0,
+            idle_poll_ns: DEFAULT_IDLE_POLL_NS,
         })
     }
 
@@ -73,6 +85,22 @@ impl QueueConfig {
 
     pub fn idle_linger_ns(&self) -> Nanos {
         self.idle_linger_ns
+    }
+
+    /// For `ns` after a threaded queue went idle, its completion watcher looks for new work by
+    /// itself every millisecond instead of sleeping until woken, so the submission that makes
+    /// the queue busy again does not wake it: that wake-up (a system call) would come between
+    /// the application's first two launches. The queue's first wait, or a submission that has
+    /// to wait for room, still wakes it at once; otherwise it finds the work within the tick.
+    /// Zero: the submission always wakes it. Costs one wake-up per millisecond per queue while
+    /// the queue is idle but was busy within `ns`.
+    pub fn with_idle_poll(mut self, ns: Nanos) -> Self {
+        self.idle_poll_ns = ns;
+        self
+    }
+
+    pub fn idle_poll_ns(&self) -> Nanos {
+        self.idle_poll_ns
     }
 
     pub fn threshold(&self) -> u32 {

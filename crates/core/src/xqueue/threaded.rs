@@ -76,6 +76,11 @@ struct Inner<H: HwQueue> {
     /// Wakes waiters in `wait` after every poll.
     progress: Condvar,
     refused: AtomicBool,
+    /// The watcher, idle, looks for work by itself every [`IDLE_POLL_TICK`] (changed only under
+    /// the queue's lock): a submission need not wake it.
+    polling: AtomicBool,
+    /// A submission found the watcher polling and did not wake it; the first wait does.
+    wake_owed: AtomicBool,
     /// Whether the last Ready/Idle reported was Ready: submissions to a queue that may be idle
     /// are announced to the sink ahead of their launch.
     reported_active: AtomicBool,
@@ -112,6 +117,8 @@ where
             work: Condvar::new(),
             progress: Condvar::new(),
             refused: AtomicBool::new(false),
+            polling: AtomicBool::new(false),
+            wake_owed: AtomicBool::new(false),
             reported_active: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             epoch: Instant::now(),
@@ -155,11 +162,15 @@ where
         };
         let now = self.inner.now();
         let kind = command.op.kind();
-        let (submitted, lingered) = {
+        let (submitted, lingered, watcher_polls) = {
             let mut q = self.inner.lock();
             let lingered = q.idle_due().is_some();
             match q.submit(&self.inner.hal, command, now) {
-                Ok(s) => (s, lingered),
+                Ok(s) => {
+                    // Work waiting for room needs the watcher at once to launch it.
+                    let polls = self.inner.polling.load(Ordering::Relaxed) && q.pending_len() == 0;
+                    (s, lingered, polls)
+                }
                 Err(e) => {
                     let idle = q.is_idle();
                     drop(q);
@@ -179,7 +190,11 @@ where
                 .report(self.id, QueueReport::Submitted { kind, seq });
         }
         if let Some(report) = submitted.report {
-            self.inner.work.notify_one();
+            if watcher_polls {
+                self.inner.wake_owed.store(true, Ordering::Relaxed);
+            } else {
+                self.inner.work.notify_one();
+            }
             self.inner.report(self.id, report);
         } else if lingered {
             // The watcher naps out the linger; it has new work to watch instead.
@@ -216,6 +231,9 @@ where
     /// Blocks until command `seq` has completed. A launched command is waited for on the
     /// hardware from this thread, so completion is seen without a hand-off from the watcher.
     pub fn wait(&self, seq: Seq) -> Result<(), HalError> {
+        // The watcher reports the Idle this wait is likely to end in: it starts now, off this
+        // thread, rather than at its next poll.
+        self.inner.pay_owed_wake();
         // Cleared for a hardware that cannot block (a virtual clock): then the watcher reports.
         let mut direct = true;
         loop {
@@ -281,6 +299,7 @@ where
     /// necessarily completed): what a front end needs before it lets an operation that bypasses
     /// the queue reach the same hardware queue.
     pub fn wait_launched(&self) {
+        self.inner.pay_owed_wake();
         let mut q = self.inner.lock();
         while q.pending_len() > 0 {
             // The watcher notifies `progress` after every poll; the timeout covers a resume that
@@ -360,6 +379,9 @@ impl<H: HwQueue> Drop for SharedXQueue<H> {
 /// How long the completion watcher lets a queue that is still getting launches go on before it
 /// asks the hardware for a sync point of its own.
 const QUIET: Duration = Duration::from_micros(20);
+/// How often an idle queue's watcher looks for work while it polls
+/// ([`QueueConfig::with_idle_poll`](crate::QueueConfig::with_idle_poll)).
+pub const IDLE_POLL_TICK: Duration = Duration::from_millis(1);
 
 /// Takes `m` without ever sleeping on it: a waiter that slept would cost the holder a wake-up
 /// (a system call) when it lets go, and the holder is usually the application's thread in the
@@ -408,6 +430,12 @@ impl<H: HwQueue> Inner<H> {
         self.sink.as_ref().is_some_and(|s| s.wants_work())
     }
 
+    fn pay_owed_wake(&self) {
+        if self.wake_owed.swap(false, Ordering::Relaxed) {
+            self.work.notify_one();
+        }
+    }
+
     /// Polls the queue, wakes waiters, then reports (unlocked) what changed: completed work
     /// for the hooks, and Idle.
     fn poll_and_report(&self, id: QueueId) {
@@ -441,10 +469,12 @@ impl<H: HwQueue> Inner<H> {
 fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
     // The launch tail the watcher last saw while the queue was still getting launches.
     let mut busy_tail = None;
+    // Since when the watcher has found nothing to do.
+    let mut idle_since: Option<Instant> = None;
     loop {
         let target = {
             let mut q = inner.lock();
-            loop {
+            let target = loop {
                 if inner.shutdown.load(Ordering::Relaxed) {
                     return;
                 }
@@ -463,11 +493,22 @@ fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
                         } else {
                             linger
                         };
+                        let since = *idle_since.get_or_insert_with(Instant::now);
+                        let poll = nap.is_none()
+                            && since.elapsed().as_nanos() < u128::from(q.config().idle_poll_ns());
+                        inner.polling.store(poll, Ordering::Relaxed);
                         q = match nap {
                             Some(d) => {
                                 inner
                                     .work
                                     .wait_timeout(q, d)
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .0
+                            }
+                            None if poll => {
+                                inner
+                                    .work
+                                    .wait_timeout(q, IDLE_POLL_TICK)
                                     .unwrap_or_else(|p| p.into_inner())
                                     .0
                             }
@@ -505,7 +546,12 @@ fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
                         }
                     },
                 }
-            }
+            };
+            // Busy again: a submission from now on wakes the watcher when the queue next idles.
+            idle_since = None;
+            inner.polling.store(false, Ordering::Relaxed);
+            inner.wake_owed.store(false, Ordering::Relaxed);
+            target
         };
         match inner.hal.synchronize(target) {
             Ok(()) => {}

@@ -17,6 +17,19 @@ use xpreempt_cuda::queue::{CudaQueue, CudaQueueConfig};
 /// worth, far above any benchmark kernel.
 const MAX_UNITS: u32 = 1 << 21;
 
+/// `XP_BENCH_IDLE_POLL_US=N` sets every benchmark queue's idle poll
+/// ([`QueueConfig::with_idle_poll`]; 0: the old way, every submission to an idle queue wakes
+/// its watcher), for A/B runs of one build.
+pub fn with_idle_poll_override(config: QueueConfig) -> QueueConfig {
+    match std::env::var("XP_BENCH_IDLE_POLL_US")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        Some(us) => config.with_idle_poll(us.saturating_mul(1_000)),
+        None => config,
+    }
+}
+
 /// Every benchmark queue: a CUDA queue whose stops can be marked (`--marks`).
 pub type BenchQueue = SharedXQueue<Marked<CudaQueue>>;
 
@@ -48,7 +61,11 @@ impl QueueSpec {
     }
 
     pub fn config(&self) -> Result<QueueConfig> {
-        Ok(QueueConfig::new(self.threshold, self.batch, self.level)?)
+        Ok(with_idle_poll_override(QueueConfig::new(
+            self.threshold,
+            self.batch,
+            self.level,
+        )?))
     }
 
     /// A queue of this process: nobody schedules it (`sink` None; the benchmark suspends it
