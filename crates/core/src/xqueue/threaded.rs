@@ -381,7 +381,7 @@ impl<H: HwQueue> Drop for SharedXQueue<H> {
 const QUIET: Duration = Duration::from_micros(20);
 /// How often an idle queue's watcher looks for work while it polls
 /// ([`QueueConfig::with_idle_poll`](crate::QueueConfig::with_idle_poll)).
-pub const IDLE_POLL_TICK: Duration = Duration::from_millis(1);
+const IDLE_POLL_TICK: Duration = Duration::from_millis(1);
 
 /// Takes `m` without ever sleeping on it: a waiter that slept would cost the holder a wake-up
 /// (a system call) when it lets go, and the holder is usually the application's thread in the
@@ -547,7 +547,7 @@ fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
                     },
                 }
             };
-            // Busy again: a submission from now on wakes the watcher when the queue next idles.
+            // Busy: until the watcher is idle and polling again, a submission wakes it.
             idle_since = None;
             inner.polling.store(false, Ordering::Relaxed);
             inner.wake_owed.store(false, Ordering::Relaxed);
