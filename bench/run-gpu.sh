@@ -13,7 +13,7 @@
 #   cp "$(cargo test --release -p xpreempt-cuda --test conformance --no-run 2>&1 | exe)" .carry/cuda-conformance
 # Then on the device: `bash .carry/run-gpu.sh` (or STEPS="tests" ... for a subset). Steps: info lv3
 # tests daemon request sched latency smoke lcbe-persistent mps-persistent lcbe mps daemon-gpu
-# mps-daemon gpu-elapsed conformance fork-chaos (daemon-gpu, mps-daemon: global mode through a
+# mps-daemon gpu-elapsed idle-poll conformance fork-chaos (daemon-gpu, mps-daemon: global mode through a
 # private `xpreempt daemon`, SECS=5 per scenario; conformance: tests/cuda-apps under `xpreempt run`;
 # fork-chaos: fork_after_init FORK_SEEDS times per level under random suspensions).
 set -u
@@ -134,6 +134,19 @@ mps-daemon)
   S=lc-alone,lc-alone-daemon,be-alone,mps-prio,xp-mps-2proc,xp-daemon-mps-2proc
   lcbe mps-daemon --scenarios $S --secs $SECS --label mps-daemon --out $R/lcbe-mps-daemon.json --svg $R/lcbe-mps-daemon.svg
   lcbe mps-daemon-persistent --scenarios $S --secs $SECS --persistent --label mps-daemon --out $R/lcbe-mps-daemon-persistent.json --svg $R/lcbe-mps-daemon-persistent.svg
+  mps_stop ;;
+idle-poll)
+  # Under MPS (32 connections): the idle watcher polling (the default) against woken at every
+  # submission (XP_BENCH_IDLE_POLL_US=0), alternating ROUNDS times on this machine, per-request
+  # marks summarized by lcbe-marks.py.
+  MPS_CONN=${MPS_CONN:-32} mps_start
+  S=lc-alone,lc-alone-daemon,be-alone,xp-daemon-mps-2proc,xp-lv2-1proc,xp-sched-lv2-1proc
+  for round in $(seq 1 ${ROUNDS:-3}); do for poll in 50000 0; do
+    t=poll$poll-$round
+    XP_BENCH_IDLE_POLL_US=$poll lcbe idle-$t --scenarios $S --secs $SECS --label mps --marks $R/marks-$t --out $R/lcbe-$t.json
+    python3 bench/lcbe-marks.py $R/marks-$t --json $R/marks-$t.json > $R/marks-$t.txt 2>&1
+    grep -A5 "^lc-alone-daemon\|^xp-daemon\|^xp-sched" $R/marks-$t.txt | grep -E "^[lx]|latency|between"
+  done; done
   mps_stop ;;
 conformance)
   # The CUDA conformance suite: every program natively and under the shim at each level, with
