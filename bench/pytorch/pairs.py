@@ -53,14 +53,15 @@ def base_mode(mode):
     `+midwindow16` gives the trio's medium process `--window 16` (above priority 0 it runs
     unthrottled, so its in-flight work may delay the high process it is preempted by);
     `xp_mps+beclientnormal` runs the training at MPS client priority 0 (normal), where
-    `xpreempt run` would put a priority-0 program below normal."""
+    `xpreempt run` would put a priority-0 program below normal; `+midclientlow` runs the trio's
+    medium process below normal too, so that its graph's blocks yield SMs to the high's."""
     return mode.split("+", 1)[0]
 
 
 def variant_args(mode, role="high"):
     args = []
     for part in mode.split("+")[1:]:
-        if part == "beclientnormal":
+        if part in ("beclientnormal", "midclientlow"):
             continue  # an environment setting: Env.process_env
         for prefix, flag, roles in (("linger", "--idle-linger-us", None), ("bewindow", "--window", ["low"]),
                                     ("midwindow", "--window", ["medium"])):
@@ -70,7 +71,7 @@ def variant_args(mode, role="high"):
                     args += [flag, value]
                 break
         else:
-            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, beclientnormal)")
+            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, beclientnormal, midclientlow)")
     return args
 
 
@@ -157,8 +158,11 @@ class Env:
         if self.mode in GREEN_MODES and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
             env["XP_GREEN_KEEP_FREE"] = self.mode.removeprefix("mps_green")  # read by train.py
-        if "beclientnormal" in self.variant.split("+")[1:] and role == "low":
+        variants = self.variant.split("+")[1:]
+        if "beclientnormal" in variants and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "0"
+        if "midclientlow" in variants and role == "medium":
+            env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
         if self.mode == "mps_prio" and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"  # below normal; the others stay at 0 (normal)
         if self.mode == "mps70" and role == "low":
