@@ -7,6 +7,8 @@ Groups (--groups):
          priority against ResNet-50 training at low priority.
   trio   three processes at three priorities: the pair plus a medium-priority GPT-2 decoder step.
   eager  the launch-bound sanity case: eager ResNet-50 batch 1 against the same training.
+  solo   the training alone under each xpreempt mode (no inference): what the interception itself
+         costs the training, apart from any preemption.
 
 Modes (--modes): alone (always), native (time-sliced), mps, mps_prio (CUDA_MPS_CLIENT_PRIORITY=1
 on the trainer: below normal), mps70 (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=70 on the trainer), and,
@@ -79,7 +81,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="pair group, 5 s windows, fewer modes (~2 min)")
     p.add_argument("--duration", type=float, help="measured window per scenario, s (default 20, quick 5)")
-    p.add_argument("--groups", help="comma list of pair,trio,eager (default all; quick: pair)")
+    p.add_argument("--groups", help="comma list of pair,trio,eager,solo (default pair,trio,eager; quick: pair)")
     p.add_argument("--modes", help="comma list (default: native,mps,mps_prio,mps70 [+ xp modes]; "
                                    "quick: native,mps,mps_prio [+ xp_lv1,xp_pass])")
     p.add_argument("--xpreempt-bin", default=os.environ.get("XPREEMPT_BIN"))
@@ -353,7 +355,11 @@ def summarize(runs, alone):
                 row["u_alone"] = ref.get("u")
                 row["outputs_equal_alone"] = m.get("output_sha256") == ref.get("output_sha256")
         elif "steps_per_s_after_warmup" in m and "step_end" in m:
-            row["train_steps_per_s"] = window_rate(m, m["t_ready"], m["t_stop"])
+            row["train_steps_per_s"] = rate = window_rate(m, m["t_ready"], m["t_stop"])
+            if rate and train_ref:
+                row["train_x"] = rate / train_ref
+            if r["mode"] not in ("alone", ALONE_AFTER):
+                row["weights_equal_alone"] = (train_alone or {}).get("weights_sha256") == m.get("weights_sha256")
         if "medium" in res and r["measuring"] != "medium" and "latency" in res["medium"]:
             med, mref = res["medium"], alone.get("medium", {})
             row["medium_p99_ms"] = med["latency"]["p99_ms"]
@@ -425,7 +431,7 @@ def plot(runs, alone_runs, out_dir):
         print("matplotlib missing: no plots", flush=True)
         return []
     files = []
-    for group in sorted({r["group"] for r in runs}):
+    for group in sorted({r["group"] for r in runs if r["measuring"] != "train"}):
         fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
         series = [("alone", a) for a in alone_runs if a["group"] == group and a["measuring"] != "train"]
         series += [(r["mode"], r) for r in runs if r["group"] == group]
@@ -454,6 +460,7 @@ GROUP_MEMBERS = {
     "pair": [("high", "high"), ("low", "train")],
     "trio": [("high", "high"), ("medium", "medium"), ("low", "train")],
     "eager": [("high", "eager"), ("low", "train")],
+    "solo": [("low", "train")],
 }
 
 
@@ -552,7 +559,8 @@ def main():
         os.environ["XP_GREEN_LIB"] = os.path.abspath(args.green_lib)  # the processes inherit it
     group_modes = {"pair": wanted,
                    "trio": [m for m in wanted if base_mode(m) in ["native", "mps_prio"] + XP_MODES],
-                   "eager": [m for m in wanted if base_mode(m) in ["native", "mps_prio"] + XP_MODES]}
+                   "eager": [m for m in wanted if base_mode(m) in ["native", "mps_prio"] + XP_MODES],
+                   "solo": [m for m in wanted if base_mode(m) in XP_MODES]}
     os.makedirs(args.out_dir, exist_ok=True)
     runner = Runner(args)
     started = time.time()
