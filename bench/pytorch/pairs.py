@@ -56,14 +56,28 @@ def base_mode(mode):
     unthrottled, so its in-flight work may delay the high process it is preempted by);
     `xp_mps+beclientnormal` runs the training at MPS client priority 0 (normal), where
     `xpreempt run` would put a priority-0 program below normal; `+midclientlow` runs the trio's
-    medium process below normal too, so that its graph's blocks yield SMs to the high's."""
+    medium process below normal too, so that its graph's blocks yield SMs to the high's;
+    `+besyncN` and `+bepollN` set the shim's XPREEMPT_SYNC_EVERY / XPREEMPT_POLL_US for the training."""
     return mode.split("+", 1)[0]
+
+
+# Variants that set one of the shim's environment knobs for the training: prefix -> variable.
+BE_ENV_VARIANTS = {"besync": "XPREEMPT_SYNC_EVERY", "bepoll": "XPREEMPT_POLL_US"}
+
+
+def be_env_variant(part):
+    """(variable, value) of a variant such as `besync1`, else None."""
+    for prefix, var in BE_ENV_VARIANTS.items():
+        value = part[len(prefix):]
+        if part.startswith(prefix) and value.isdigit():
+            return var, value
+    return None
 
 
 def variant_args(mode, role="high"):
     args = []
     for part in mode.split("+")[1:]:
-        if part in ("beclientnormal", "midclientlow"):
+        if part in ("beclientnormal", "midclientlow") or be_env_variant(part):
             continue  # an environment setting: Env.process_env
         for prefix, flag, roles in (("linger", "--idle-linger-us", None), ("bewindow", "--window", ["low"]),
                                     ("midwindow", "--window", ["medium"])):
@@ -73,7 +87,7 @@ def variant_args(mode, role="high"):
                     args += [flag, value]
                 break
         else:
-            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, beclientnormal, midclientlow)")
+            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, besync<N>, bepoll<US>, beclientnormal, midclientlow)")
     return args
 
 
@@ -163,6 +177,9 @@ class Env:
         variants = self.variant.split("+")[1:]
         if "beclientnormal" in variants and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "0"
+        for var, value in filter(None, map(be_env_variant, variants)):
+            if role == "low":
+                env[var] = value
         if "midclientlow" in variants and role == "medium":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
         if self.mode == "mps_prio" and role == "low":

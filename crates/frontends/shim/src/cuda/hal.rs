@@ -12,9 +12,11 @@ use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, Launched, Level, Op, Seq};
 
 /// How often the completion watcher looks at a sync event it waits for.
-pub(super) const POLL: std::time::Duration = std::time::Duration::from_micros(20);
+pub(super) fn poll_nap() -> std::time::Duration {
+    std::time::Duration::from_micros(super::settings::settings().poll_us)
+}
 
-/// The queue's completion watcher naps for `POLL` (and for the core's quiet period) between
+/// The queue's completion watcher naps for `poll_nap()` (and for the core's quiet period) between
 /// looks; Linux's default timer slack (50 µs) would stretch every nap to about 70 µs and so
 /// delay each Idle. Set once per watcher thread (they are named `xpreempt-…`; the
 /// application's own threads keep their slack).
@@ -249,7 +251,7 @@ impl StreamHal {
         }
         self.gone.store(true, Ordering::SeqCst);
         while self.pollers.load(Ordering::SeqCst) > 0 {
-            std::thread::sleep(POLL);
+            std::thread::sleep(poll_nap());
         }
         if !destroy_events {
             return;
@@ -493,7 +495,7 @@ impl HwQueue for StreamHal {
                     break SUCCESS;
                 }
                 match driver::cuEventQuery(ev) {
-                    driver::ERROR_NOT_READY => std::thread::sleep(POLL),
+                    driver::ERROR_NOT_READY => std::thread::sleep(poll_nap()),
                     r => break r,
                 }
             };

@@ -16,7 +16,7 @@
 //! interrupted at once ("held") and restored when the marker leaves the buffer.
 
 use super::driver::{self, CtxGuard, SUCCESS};
-use super::hal::{POLL, StreamHal, backend};
+use super::hal::{StreamHal, backend, poll_nap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use xpreempt_hal::HalError;
 use xpreempt_types::Seq;
@@ -99,7 +99,7 @@ impl Observer {
     fn until_launches_rest(&self, hal: &StreamHal) {
         let mut seen = self.real_launches.load(Ordering::SeqCst);
         while !hal.is_gone() {
-            std::thread::sleep(POLL);
+            std::thread::sleep(poll_nap());
             let now = self.real_launches.load(Ordering::SeqCst);
             if now == seen {
                 return;
@@ -136,7 +136,7 @@ impl Observer {
                 break SUCCESS;
             }
             match driver::cuEventQuery(ev) {
-                driver::ERROR_NOT_READY => std::thread::sleep(POLL),
+                driver::ERROR_NOT_READY => std::thread::sleep(poll_nap()),
                 r => break r,
             }
         };

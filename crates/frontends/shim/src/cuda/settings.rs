@@ -19,6 +19,12 @@ pub struct Settings {
     pub chaos: Option<(u64, u64)>,
     /// `XPREEMPT_IDLE_LINGER_US`: how long a stream that ran dry still counts as busy.
     pub idle_linger_us: u64,
+    /// `XPREEMPT_SYNC_EVERY`: a sync point every this many launches (default: a quarter of the
+    /// window, at most 64). A tuning knob for measurements.
+    pub sync_every: Option<u32>,
+    /// `XPREEMPT_POLL_US`: how long the completion watcher naps between looks at a sync point
+    /// (default 20). A tuning knob for measurements.
+    pub poll_us: u64,
 }
 
 /// The window of a queue that is not the process's own choice: the highest queues run
@@ -27,6 +33,7 @@ const LOW_WINDOW: u32 = 16;
 const HIGH_WINDOW: u32 = 1024;
 /// The idle linger when `xpreempt run` does not set one.
 pub const DEFAULT_IDLE_LINGER_US: u64 = 0;
+const DEFAULT_POLL_US: u64 = 20;
 
 impl Settings {
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> Self {
@@ -56,6 +63,13 @@ impl Settings {
             idle_linger_us: get("XPREEMPT_IDLE_LINGER_US")
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(DEFAULT_IDLE_LINGER_US),
+            sync_every: get("XPREEMPT_SYNC_EVERY")
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|&n| n > 0),
+            poll_us: get("XPREEMPT_POLL_US")
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|&us| us > 0)
+                .unwrap_or(DEFAULT_POLL_US),
         }
     }
 
@@ -66,7 +80,8 @@ impl Settings {
         } else {
             LOW_WINDOW
         });
-        (threshold, (threshold / 4).clamp(1, 64))
+        let batch = self.sync_every.unwrap_or(threshold / 4).clamp(1, 64);
+        (threshold, batch.min(threshold))
     }
 }
 
@@ -109,5 +124,13 @@ mod tests {
         assert_eq!(s.idle_linger_us, 300);
         let s = Settings::parse(env(&[("XPREEMPT_WINDOW", "2"), ("XPREEMPT_CHAOS", "x")]));
         assert_eq!((s.window(), s.chaos), ((2, 1), None));
+        assert_eq!(s.poll_us, DEFAULT_POLL_US);
+        let s = Settings::parse(env(&[
+            ("XPREEMPT_SYNC_EVERY", "1"),
+            ("XPREEMPT_POLL_US", "5"),
+        ]));
+        assert_eq!((s.window(), s.poll_us), ((16, 1), 5));
+        let s = Settings::parse(env(&[("XPREEMPT_WINDOW", "8"), ("XPREEMPT_SYNC_EVERY", "32")]));
+        assert_eq!(s.window(), (8, 8));
     }
 }

@@ -39,7 +39,7 @@ impl StreamQueue {
         // Kernels stopped at Lv2 are launched again only by the resume; meanwhile nothing may
         // follow them on the device.
         while !self.xq.hal().admit_direct() {
-            std::thread::sleep(super::hal::POLL);
+            std::thread::sleep(super::hal::poll_nap());
             self.xq.wait_launched();
         }
         // Cleared before looking again: a command another thread buffers meanwhile (it marks
@@ -434,7 +434,7 @@ pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)
             if let Some(generation) = q.xq.hal().admit_sync() {
                 break generation;
             }
-            std::thread::sleep(super::hal::POLL);
+            std::thread::sleep(super::hal::poll_nap());
         }
     });
     order_after_others(stream, ptsz, own.as_deref());
