@@ -48,7 +48,9 @@ macro_rules! forward {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
             let real = real!($name);
+            super::flushes::serving(stringify!($name));
             let _ = std::panic::catch_unwind(|| $before);
+            super::flushes::served();
             let r = call_real!(real, $($a),*);
             let _ = std::panic::catch_unwind(|| $after);
             r
@@ -228,7 +230,10 @@ macro_rules! launch_kernel {
                     )
                 }
             };
-            guarded(run)
+            super::flushes::serving(stringify!($name));
+            let r = guarded(run);
+            super::flushes::served();
+            r
         }
     };
 }
@@ -263,7 +268,10 @@ macro_rules! launch_kernel_ex {
                     )
                 }
             };
-            guarded(run)
+            super::flushes::serving(stringify!($name));
+            let r = guarded(run);
+            super::flushes::served();
+            r
         }
     };
 }
@@ -281,7 +289,10 @@ macro_rules! graph_launch {
             let run = |intercept: bool| unsafe {
                 launch::graph(real, $p, intercept, e as Handle, sp as Handle)
             };
-            guarded(run)
+            super::flushes::serving(stringify!($name));
+            let r = guarded(run);
+            super::flushes::served();
+            r
         }
     };
 }
@@ -332,6 +343,7 @@ stream_sync!(cuStreamSynchronize_ptsz, ptsz true);
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     let real = real!(cuCtxSynchronize);
+    super::flushes::serving("cuCtxSynchronize");
     let sticky = std::panic::catch_unwind(|| {
         // (A forked child must not touch the queues: their lock may be held by a thread that
         // only the parent has.)
@@ -348,6 +360,7 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
             .unwrap_or(SUCCESS)
     })
     .unwrap_or(SUCCESS);
+    super::flushes::served();
     let r = call_real!(real,);
     if r == SUCCESS { sticky } else { r }
 }

@@ -13,6 +13,7 @@
 mod chaos;
 pub mod driver;
 mod exports;
+mod flushes;
 pub(crate) mod fork_gate;
 mod guard;
 pub mod hal;

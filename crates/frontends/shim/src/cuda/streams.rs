@@ -34,7 +34,10 @@ impl StreamQueue {
     }
 
     /// Waits until everything submitted so far has been handed to the driver.
+    #[track_caller]
     pub fn wait_launched(&self) {
+        let started = super::flushes::start(|| self.xq.pending_len() > 0);
+        let site = std::panic::Location::caller();
         self.xq.wait_launched();
         // Kernels stopped at Lv2 are launched again only by the resume; meanwhile nothing may
         // follow them on the device.
@@ -48,6 +51,7 @@ impl StreamQueue {
         if self.xq.pending_len() > 0 {
             self.held.store(true, Ordering::SeqCst);
         }
+        super::flushes::done(started, site);
     }
 }
 
@@ -116,8 +120,28 @@ extern "C" fn at_exit() {
     // the queues stop calling the driver before those handlers tear the contexts down.
     super::chaos::stop();
     for q in all() {
+        if crate::log::log_enabled() {
+            let kind = match (q.legacy, q.non_blocking) {
+                (true, _) => "legacy",
+                (false, false) => "blocking",
+                (false, true) => "non-blocking",
+            };
+            let st = Preemptible::stats(&*q.xq);
+            shim_log!(
+                "{} stream queue of context {:#x}: {} commands, {} preemptions",
+                kind,
+                q.ctx,
+                st.submitted,
+                st.preemptions
+            );
+        }
         q.wait_launched();
         q.xq.hal().retire_at_exit();
+    }
+    if crate::log::log_enabled() {
+        for line in super::flushes::report() {
+            shim_log!("{line}");
+        }
     }
 }
 
@@ -352,6 +376,7 @@ pub fn quiesce() {
 
 /// Waits for the queues matching `f` that may hold buffered commands (none, usually: then this
 /// neither allocates nor takes a queue's lock).
+#[track_caller]
 fn drain_where(f: impl Fn(&StreamQueue) -> bool) {
     let held: Vec<Arc<StreamQueue>> = queues()
         .as_ref()
@@ -383,7 +408,8 @@ pub fn order_before(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
     match own {
         Some(q) if q.legacy => {
             let ctx = q.ctx;
-            drain_where(|o| o.ctx == ctx && !o.non_blocking);
+            // Not itself: its own buffered commands stay ahead in its queue.
+            drain_where(|o| o.ctx == ctx && !o.non_blocking && !o.legacy);
         }
         Some(q) if !q.non_blocking => {
             let ctx = q.ctx;
@@ -429,13 +455,16 @@ pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)
     }
     let own = existing(stream, ptsz);
     let seen = own.as_ref().map(|q| {
-        loop {
+        let started = super::flushes::start(|| q.xq.pending_len() > 0);
+        let generation = loop {
             q.xq.wait_launched();
             if let Some(generation) = q.xq.hal().admit_sync() {
                 break generation;
             }
             std::thread::sleep(super::hal::poll_nap());
-        }
+        };
+        super::flushes::done(started, std::panic::Location::caller());
+        generation
     });
     order_after_others(stream, ptsz, own.as_deref());
     own.zip(seen)

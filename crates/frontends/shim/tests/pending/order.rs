@@ -103,6 +103,16 @@ fn a_context_is_destroyed_reset_or_released_after_its_buffered_launches() {
     });
 }
 
+/// The legacy stream follows the blocking streams' buffered work, not its own: its queue keeps
+/// that order anyway, and waiting for it would hold the application to the window (a backlogged
+/// PyTorch training lost 8–12 % of its speed so, and a gated kernel here would hang it).
+#[test]
+fn a_launch_on_the_legacy_stream_does_not_wait_for_its_own_buffered_launches() {
+    run("gate-own-legacy", &native());
+    let o = Proc::spawn("gate-own-legacy", &window1(), &[("APP_TIMEOUT_S", "5")]).finish();
+    o.log.assert_in_order(&[1, 2, 3]);
+}
+
 /// Known limitation (tests/sim/app/gate.c): the shim orders a call after buffered commands by
 /// blocking the host until they reach the driver; when a command in flight before them waits for
 /// a host action the application takes only after that call, neither side moves (natively the

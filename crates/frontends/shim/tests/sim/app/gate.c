@@ -27,3 +27,13 @@ void gate_record(void) {
     cu.release(1);
     CHECK(cu.EventSynchronize(ev));
 }
+
+/* Not the limitation above: a launch behind buffered commands of its own stream is buffered
+ * behind them and returns at once, as natively. */
+void gate_own_legacy(void) {
+    K(0, 1, 0, F_GATE, 0);
+    K(0, 2, 0, 0, 0);
+    K(0, 3, 0, 0, 0);
+    cu.release(1);
+    CHECK(cu.CtxSynchronize());
+}

@@ -29,6 +29,7 @@
     X("suspended", suspended)                                                                      \
     X("gate-legacy", gate_legacy)                                                                  \
     X("gate-record", gate_record)                                                                  \
+    X("gate-own-legacy", gate_own_legacy)                                                          \
     X("guard-basic", guard_basic)                                                                  \
     X("guard-suspend", guard_suspend)                                                              \
     X("guard-unload", guard_unload)
