@@ -28,8 +28,8 @@ void gate_record(void) {
     CHECK(cu.EventSynchronize(ev));
 }
 
-/* Not the limitation above: a launch behind buffered commands of its own stream is buffered
- * behind them and returns at once, as natively. */
+/* The same limitation on the legacy stream alone: a launch behind buffered commands of its own
+ * stream waits for them (tests/pending/order.rs says why it is kept). */
 void gate_own_legacy(void) {
     K(0, 1, 0, F_GATE, 0);
     K(0, 2, 0, 0, 0);
