@@ -130,7 +130,10 @@ mod tests {
             ("XPREEMPT_POLL_US", "5"),
         ]));
         assert_eq!((s.window(), s.poll_us), ((16, 1), 5));
-        let s = Settings::parse(env(&[("XPREEMPT_WINDOW", "8"), ("XPREEMPT_SYNC_EVERY", "32")]));
+        let s = Settings::parse(env(&[
+            ("XPREEMPT_WINDOW", "8"),
+            ("XPREEMPT_SYNC_EVERY", "32"),
+        ]));
         assert_eq!(s.window(), (8, 8));
     }
 }
