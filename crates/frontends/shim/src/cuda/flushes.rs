@@ -60,7 +60,7 @@ pub fn done(started: Option<Instant>, site: &'static Location<'static>) {
 /// One line per call that waited, the longest total first.
 pub fn report() -> Vec<String> {
     let mut w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
-    w.sort_by(|a, b| b.total.cmp(&a.total));
+    w.sort_by_key(|w| std::cmp::Reverse(w.total));
     w.iter()
         .map(|w| {
             format!(
