@@ -120,21 +120,6 @@ extern "C" fn at_exit() {
     // the queues stop calling the driver before those handlers tear the contexts down.
     super::chaos::stop();
     for q in all() {
-        if crate::log::log_enabled() {
-            let kind = match (q.legacy, q.non_blocking) {
-                (true, _) => "legacy",
-                (false, false) => "blocking",
-                (false, true) => "non-blocking",
-            };
-            let st = Preemptible::stats(&*q.xq);
-            shim_log!(
-                "{} stream queue of context {:#x}: {} commands, {} preemptions",
-                kind,
-                q.ctx,
-                st.submitted,
-                st.preemptions
-            );
-        }
         q.wait_launched();
         q.xq.hal().retire_at_exit();
     }
