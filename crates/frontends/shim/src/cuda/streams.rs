@@ -53,7 +53,31 @@ impl StreamQueue {
         }
         super::flushes::done(started, site);
     }
+
+    /// Before the caller buffers more behind this queue's own buffer: lets that buffer go out
+    /// first, but waits at most `limit` (its order needs no wait; see `OWN_BACKLOG_WAIT`).
+    #[track_caller]
+    fn throttle(&self, limit: std::time::Duration) {
+        if !self.held.load(Ordering::SeqCst) {
+            return;
+        }
+        let started = super::flushes::start(|| self.xq.pending_len() > 0);
+        if self.xq.wait_launched_within(limit) {
+            self.held.store(false, Ordering::SeqCst);
+            if self.xq.pending_len() > 0 {
+                self.held.store(true, Ordering::SeqCst);
+            }
+        }
+        super::flushes::done(started, std::panic::Location::caller());
+    }
 }
+
+/// How long a launch on the legacy stream waits for its own stream's buffer to go out. The
+/// queue keeps their order without it, but a backlogged PyTorch training ran faster with the
+/// wait (H100, window 16: 0.89–0.92 of native, 0.79–0.82 without; why is not measured yet,
+/// `bench/results/2026-11-23-h100-session11.md`). Bounded, since a command in flight ahead of the
+/// buffer may wait for something the application does only after this launch.
+const OWN_BACKLOG_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Key: (0, stream) for a created stream, (ctx, STREAM_LEGACY) for a context's legacy stream.
 type Key = (usize, usize);
@@ -393,10 +417,8 @@ pub fn order_before(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
     match own {
         Some(q) if q.legacy => {
             let ctx = q.ctx;
-            // Itself too, though its queue keeps that order anyway: left out, a backlogged
-            // PyTorch training ran at 0.79–0.82 of native instead of 0.89–0.92 (the ignored test
-            // `a_launch_on_the_legacy_stream_does_not_wait_for_its_own_buffered_launches`).
-            drain_where(|o| o.ctx == ctx && !o.non_blocking);
+            drain_where(|o| o.ctx == ctx && !o.non_blocking && !o.legacy);
+            q.throttle(OWN_BACKLOG_WAIT);
         }
         Some(q) if !q.non_blocking => {
             let ctx = q.ctx;

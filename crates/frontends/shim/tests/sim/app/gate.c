@@ -28,8 +28,8 @@ void gate_record(void) {
     CHECK(cu.EventSynchronize(ev));
 }
 
-/* The same limitation on the legacy stream alone: a launch behind buffered commands of its own
- * stream waits for them (tests/pending/order.rs says why it is kept). */
+/* Not that limitation: a launch on the legacy stream behind buffered commands of its own
+ * stream waits for them only a while (tests/pending/order.rs). */
 void gate_own_legacy(void) {
     K(0, 1, 0, F_GATE, 0);
     K(0, 2, 0, 0, 0);
