@@ -15,6 +15,11 @@ pub struct QueueStats {
     pub preemptions: u64,
     pub resumes: u64,
     pub hal_errors: u64,
+    /// Launches from the pending buffer (the window was full when they were submitted).
+    pub buffered_launches: u64,
+    /// Times everything launched was found complete while commands waited in the buffer and the
+    /// queue could run: the hardware may have idled for want of the queue's work.
+    pub ran_dry: u64,
     /// From `suspend` until the hardware is free of the queue's work (ns).
     pub suspend_latency: Histogram,
     /// From `resume` until the hardware runs the queue again (ns).

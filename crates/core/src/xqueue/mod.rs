@@ -269,6 +269,7 @@ impl<P> XQueue<P> {
                     self.pending.push_front(entry);
                     return Err(self.op_error("launch", source));
                 }
+                self.stats.buffered_launches += 1;
             }
         }
         Ok(())
@@ -320,6 +321,8 @@ impl<P> XQueue<P> {
         if !self.suspended {
             return Ok(false);
         }
+        // What completed while suspended is taken in first: it did not run dry for want of work.
+        self.reap(hal);
         self.suspended = false;
         if let Some(since) = self.stopping_since.take() {
             // Resumed before the hardware was ever free of this queue's work: the suspension
@@ -327,7 +330,6 @@ impl<P> XQueue<P> {
             self.stats.suspend_latency.record(now.saturating_sub(since));
         }
         self.stats.resumes += 1;
-        self.reap(hal);
         if let Some(level) = self.hw_stopped.take() {
             let log = self.in_flight.make_contiguous();
             let (op, outcome) = if level == Level::Lv3 {
@@ -443,9 +445,13 @@ impl<P> XQueue<P> {
             watermark >= self.completed,
             "completion watermark went back"
         );
+        let had_work = !self.in_flight.is_empty();
         while self.in_flight.front().is_some_and(|e| e.seq < watermark) {
             self.in_flight.pop_front();
             self.stats.completed += 1;
+        }
+        if had_work && self.in_flight.is_empty() && !self.pending.is_empty() && !self.suspended {
+            self.stats.ran_dry += 1;
         }
         while self.sync_points.front().is_some_and(|&s| s <= watermark) {
             self.sync_points.pop_front();

@@ -365,3 +365,40 @@ proptest! {
         prop_assert!(reports.len() % 2 == 0, "the drained queue never reported Idle: {:?}", reports);
     }
 }
+
+#[test]
+fn a_window_found_empty_with_work_buffered_counts_as_run_dry_unless_suspended() {
+    let (dev, hal, mut q) = setup(Level::Lv1, 4, 2);
+    for _ in 0..20 {
+        q.submit(&hal, kernel(1, 100), 0).unwrap();
+    }
+    // Looked at only after the whole window completed: the device ran out of this queue's work.
+    dev.advance_to(400);
+    q.poll(&hal, 400).unwrap();
+    assert_eq!((q.stats().ran_dry, q.stats().buffered_launches), (1, 4));
+    // Looked at after every completion: never dry.
+    let mut t = 400;
+    while q.pending_len() > 12 {
+        t = dev.next_event().unwrap();
+        dev.advance_to(t);
+        q.poll(&hal, t).unwrap();
+    }
+    assert_eq!(q.stats().ran_dry, 1);
+    // Drained while suspended (seen before the resume, or by it), then resumed: stopped, not dry.
+    for look_while_suspended in [true, false] {
+        q.suspend(&hal, t).unwrap();
+        t += 1_000;
+        dev.advance_to(t);
+        if look_while_suspended {
+            q.poll(&hal, t).unwrap();
+        }
+        q.resume(&hal, t).unwrap();
+        assert!(q.pending_len() > 0);
+        assert_eq!(
+            q.stats().ran_dry,
+            1,
+            "looked while suspended: {look_while_suspended}"
+        );
+    }
+    assert_eq!(q.stats().buffered_launches, 20 - 4 - q.pending_len() as u64);
+}

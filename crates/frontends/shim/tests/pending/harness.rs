@@ -315,6 +315,7 @@ impl Proc {
         let log = Log::read(&self.log);
         log.assert_sound(&self.label);
         Outcome {
+            stderr: self.stderr(),
             label: self.label,
             stdout: self.stdout,
             launches,
@@ -331,6 +332,7 @@ pub struct Outcome {
     pub launches: u64,
     pub buffered: u64,
     pub log: Log,
+    pub stderr: String,
 }
 
 /// Runs a scenario that needs no conversation with the test.

@@ -109,8 +109,25 @@ fn a_context_is_destroyed_reset_or_released_after_its_buffered_launches() {
 #[test]
 fn a_launch_on_the_legacy_stream_waits_for_its_own_buffered_launches_only_a_while() {
     run("gate-own-legacy", &native());
-    let o = Proc::spawn("gate-own-legacy", &window1(), &[("APP_TIMEOUT_S", "5")]).finish();
+    let env = [("APP_TIMEOUT_S", "5"), ("XPREEMPT_SHIM_LOG", "1")];
+    let o = Proc::spawn("gate-own-legacy", &window1(), &env).finish();
     o.log.assert_in_order(&[1, 2, 3]);
+    // The exit report says who waited, and how the queue's window was fed.
+    assert!(
+        o.stderr
+            .lines()
+            .any(|l| l.contains("cuLaunchKernel (streams.rs:")
+                && l.contains("): 1 waits for buffered commands")),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr
+            .lines()
+            .any(|l| l.contains("legacy stream queue: 3 commands, 2 launched from its buffer")),
+        "{}",
+        o.stderr
+    );
 }
 
 /// Known limitation (tests/sim/app/gate.c): the shim orders a call after buffered commands by
