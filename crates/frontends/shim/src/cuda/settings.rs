@@ -25,6 +25,9 @@ pub struct Settings {
     /// `XPREEMPT_POLL_US`: how long the completion watcher naps between looks at a sync point
     /// (default 20). A tuning knob for measurements.
     pub poll_us: u64,
+    /// `XPREEMPT_OWN_WAIT_US`: how long a launch on the legacy stream waits for its own stream's
+    /// buffer to go out (default 10 000; 0: not at all). A tuning knob for measurements.
+    pub own_wait_us: u64,
 }
 
 /// The window of a queue that is not the process's own choice: the highest queues run
@@ -34,6 +37,8 @@ const HIGH_WINDOW: u32 = 1024;
 /// The idle linger when `xpreempt run` does not set one.
 pub const DEFAULT_IDLE_LINGER_US: u64 = 0;
 const DEFAULT_POLL_US: u64 = 20;
+/// Why a wait, and why bounded: `streams::order_before`.
+const DEFAULT_OWN_WAIT_US: u64 = 10_000;
 
 impl Settings {
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> Self {
@@ -70,6 +75,9 @@ impl Settings {
                 .and_then(|v| v.trim().parse().ok())
                 .filter(|&us| us > 0)
                 .unwrap_or(DEFAULT_POLL_US),
+            own_wait_us: get("XPREEMPT_OWN_WAIT_US")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(DEFAULT_OWN_WAIT_US),
         }
     }
 
@@ -124,7 +132,12 @@ mod tests {
         assert_eq!(s.idle_linger_us, 300);
         let s = Settings::parse(env(&[("XPREEMPT_WINDOW", "2"), ("XPREEMPT_CHAOS", "x")]));
         assert_eq!((s.window(), s.chaos), ((2, 1), None));
-        assert_eq!(s.poll_us, DEFAULT_POLL_US);
+        assert_eq!(
+            (s.poll_us, s.own_wait_us),
+            (DEFAULT_POLL_US, DEFAULT_OWN_WAIT_US)
+        );
+        let s = Settings::parse(env(&[("XPREEMPT_OWN_WAIT_US", "0")]));
+        assert_eq!(s.own_wait_us, 0);
         let s = Settings::parse(env(&[
             ("XPREEMPT_SYNC_EVERY", "1"),
             ("XPREEMPT_POLL_US", "5"),

@@ -55,7 +55,7 @@ impl StreamQueue {
     }
 
     /// Before the caller buffers more behind this queue's own buffer: lets that buffer go out
-    /// first, but waits at most `limit` (its order needs no wait; see `OWN_BACKLOG_WAIT`).
+    /// first, but waits at most `limit` (its order needs no wait; see `order_before`).
     #[track_caller]
     fn throttle(&self, limit: std::time::Duration) {
         if !self.held.load(Ordering::SeqCst) {
@@ -91,13 +91,6 @@ fn log_queue(q: &StreamQueue) {
         st.preemptions
     );
 }
-
-/// How long a launch on the legacy stream waits for its own stream's buffer to go out. The
-/// queue keeps their order without it, but a backlogged PyTorch training ran faster with the
-/// wait (H100, window 16: 0.89–0.92 of native, 0.79–0.82 without; why is not measured yet,
-/// `bench/results/2026-11-23-h100-session11.md`). Bounded, since a command in flight ahead of the
-/// buffer may wait for something the application does only after this launch.
-const OWN_BACKLOG_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Key: (0, stream) for a created stream, (ctx, STREAM_LEGACY) for a context's legacy stream.
 type Key = (usize, usize);
@@ -441,7 +434,14 @@ pub fn order_before(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
         Some(q) if q.legacy => {
             let ctx = q.ctx;
             drain_where(|o| o.ctx == ctx && !o.non_blocking && !o.legacy);
-            q.throttle(OWN_BACKLOG_WAIT);
+            // Its own buffer keeps its order without a wait, but a backlogged PyTorch training
+            // ran faster with one (H100, window 16: 0.89–0.92 of native, 0.79–0.82 without; why
+            // is not measured yet, `bench/results/2026-11-23-h100-session11.md`). Bounded, since
+            // a command ahead of the buffer may wait for what the application does after this.
+            let wait = settings().own_wait_us;
+            if wait > 0 {
+                q.throttle(std::time::Duration::from_micros(wait));
+            }
         }
         Some(q) if !q.non_blocking => {
             let ctx = q.ctx;

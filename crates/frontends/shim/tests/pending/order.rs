@@ -104,7 +104,7 @@ fn a_context_is_destroyed_reset_or_released_after_its_buffered_launches() {
 }
 
 /// A launch on the legacy stream waits for its own stream's buffer to go out (a backlogged
-/// training runs faster so: `streams::OWN_BACKLOG_WAIT`), but only a while: here a gated kernel
+/// training runs faster so: `streams::order_before`), but only a while: here a gated kernel
 /// ahead of the buffer waits for the application, which opens the gate after that launch.
 #[test]
 fn a_launch_on_the_legacy_stream_waits_for_its_own_buffered_launches_only_a_while() {
