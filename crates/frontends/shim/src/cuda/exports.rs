@@ -48,9 +48,9 @@ macro_rules! forward {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
             let real = real!($name);
-            super::flushes::serving(stringify!($name));
+            super::exit_report::serving(stringify!($name));
             let _ = std::panic::catch_unwind(|| $before);
-            super::flushes::served();
+            super::exit_report::served();
             let r = call_real!(real, $($a),*);
             let _ = std::panic::catch_unwind(|| $after);
             r
@@ -230,9 +230,9 @@ macro_rules! launch_kernel {
                     )
                 }
             };
-            super::flushes::serving(stringify!($name));
+            super::exit_report::serving(stringify!($name));
             let r = guarded(run);
-            super::flushes::served();
+            super::exit_report::served();
             r
         }
     };
@@ -268,9 +268,9 @@ macro_rules! launch_kernel_ex {
                     )
                 }
             };
-            super::flushes::serving(stringify!($name));
+            super::exit_report::serving(stringify!($name));
             let r = guarded(run);
-            super::flushes::served();
+            super::exit_report::served();
             r
         }
     };
@@ -289,9 +289,9 @@ macro_rules! graph_launch {
             let run = |intercept: bool| unsafe {
                 launch::graph(real, $p, intercept, e as Handle, sp as Handle)
             };
-            super::flushes::serving(stringify!($name));
+            super::exit_report::serving(stringify!($name));
             let r = guarded(run);
-            super::flushes::served();
+            super::exit_report::served();
             r
         }
     };
@@ -343,7 +343,7 @@ stream_sync!(cuStreamSynchronize_ptsz, ptsz true);
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     let real = real!(cuCtxSynchronize);
-    super::flushes::serving("cuCtxSynchronize");
+    super::exit_report::serving("cuCtxSynchronize");
     let sticky = std::panic::catch_unwind(|| {
         // (A forked child must not touch the queues: their lock may be held by a thread that
         // only the parent has.)
@@ -360,7 +360,7 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
             .unwrap_or(SUCCESS)
     })
     .unwrap_or(SUCCESS);
-    super::flushes::served();
+    super::exit_report::served();
     let r = call_real!(real,);
     if r == SUCCESS { sticky } else { r }
 }

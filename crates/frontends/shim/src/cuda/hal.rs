@@ -148,6 +148,8 @@ pub struct StreamHal {
     launcher_cpu: AtomicI32,
     /// Threads polling one of the queue's events outside the lock.
     pollers: AtomicU32,
+    /// For the exit report (`exit_report`).
+    pub(super) launch_times: super::exit_report::LaunchTimes,
     /// Pass-through: the application's launches go straight to the driver and the queue's
     /// commands are markers that only report activity (see `observe`).
     pub(super) observer: Option<super::observe::Observer>,
@@ -179,6 +181,7 @@ impl StreamHal {
             gone: AtomicBool::new(false),
             launcher_cpu: AtomicI32::new(-1),
             pollers: AtomicU32::new(0),
+            launch_times: Default::default(),
             observer: observe.then(super::observe::Observer::default),
             state: Mutex::new(State {
                 sync: VecDeque::new(),
@@ -304,6 +307,64 @@ impl StreamHal {
         g.completed = g.completed.max(m);
         xpreempt_hal::sync_events::retire_reached(&mut g.sync, &mut g.free, m);
     }
+
+    /// `HwQueue::launch`, timed by it for the exit report.
+    fn launch_timed(
+        &self,
+        seq: Seq,
+        command: &mut Command<Deferred>,
+        sync_point: bool,
+    ) -> Result<(), HalError> {
+        let _ctx = CtxGuard::enter(self.ctx);
+        let mut g = self.lock();
+        let Op::Kernel(d) = &mut command.op else {
+            return Err(HalError::Refused {
+                op: "launch",
+                source: std::sync::Arc::new(CuError(driver::ERROR_INVALID_VALUE)),
+            });
+        };
+        let values = d.guarded.then(|| self.guard_values(&mut g, d));
+        let status = d.call(values.as_ref());
+        if status != SUCCESS {
+            // Not on the stream: nothing to stop or relaunch (a retry takes a slot afresh).
+            d.slot = None;
+        }
+        if d.slot.is_none() {
+            // Never relaunched: the arguments go now.
+            d.call = None;
+        }
+        if SUBMITTING.with(Cell::get) {
+            xpreempt_hal::placement::note_launcher(&self.launcher_cpu);
+            LAUNCHED.with(|l| l.set(true));
+        }
+        if status != SUCCESS {
+            if SUBMITTING.with(Cell::get) {
+                return Err(backend("launch", status));
+            }
+            // From the pending buffer: retrying a call the driver refused cannot help; it counts
+            // as done and the stream reports the error at its next synchronize, as CUDA would.
+            if g.sticky == SUCCESS {
+                g.sticky = status;
+            }
+        }
+        g.launched = seq + 1;
+        if self.lv2 {
+            let slot = d.slot.map(|(s, _)| s);
+            g.lv2.flight.push(seq, slot);
+            self.note_busy(&g);
+        }
+        if let Some(o) = &self.observer {
+            // A marker: its completion is proven by `synchronize`, which records after the
+            // stream's latest work.
+            o.release_hold();
+            return Ok(());
+        }
+        if sync_point && let Err(e) = self.record(&mut g, seq + 1) {
+            // The command is on the stream: a later record_sync covers its completion.
+            shim_log!("sync point after a launch: {e}");
+        }
+        Ok(())
+    }
 }
 
 pub(super) fn backend(op: &'static str, e: CUresult) -> HalError {
@@ -378,55 +439,11 @@ impl HwQueue for StreamHal {
         command: &mut Command<Deferred>,
         sync_point: bool,
     ) -> Result<(), HalError> {
-        let _ctx = CtxGuard::enter(self.ctx);
-        let mut g = self.lock();
-        let Op::Kernel(d) = &mut command.op else {
-            return Err(HalError::Refused {
-                op: "launch",
-                source: std::sync::Arc::new(CuError(driver::ERROR_INVALID_VALUE)),
-            });
-        };
-        let values = d.guarded.then(|| self.guard_values(&mut g, d));
-        let status = d.call(values.as_ref());
-        if status != SUCCESS {
-            // Not on the stream: nothing to stop or relaunch (a retry takes a slot afresh).
-            d.slot = None;
-        }
-        if d.slot.is_none() {
-            // Never relaunched: the arguments go now.
-            d.call = None;
-        }
-        if SUBMITTING.with(Cell::get) {
-            xpreempt_hal::placement::note_launcher(&self.launcher_cpu);
-            LAUNCHED.with(|l| l.set(true));
-        }
-        if status != SUCCESS {
-            if SUBMITTING.with(Cell::get) {
-                return Err(backend("launch", status));
-            }
-            // From the pending buffer: retrying a call the driver refused cannot help; it counts
-            // as done and the stream reports the error at its next synchronize, as CUDA would.
-            if g.sticky == SUCCESS {
-                g.sticky = status;
-            }
-        }
-        g.launched = seq + 1;
-        if self.lv2 {
-            let slot = d.slot.map(|(s, _)| s);
-            g.lv2.flight.push(seq, slot);
-            self.note_busy(&g);
-        }
-        if let Some(o) = &self.observer {
-            // A marker: its completion is proven by `synchronize`, which records after the
-            // stream's latest work.
-            o.release_hold();
-            return Ok(());
-        }
-        if sync_point && let Err(e) = self.record(&mut g, seq + 1) {
-            // The command is on the stream: a later record_sync covers its completion.
-            shim_log!("sync point after a launch: {e}");
-        }
-        Ok(())
+        let started = super::exit_report::LaunchTimes::start();
+        let r = self.launch_timed(seq, command, sync_point);
+        let by_application = SUBMITTING.with(Cell::get);
+        self.launch_times.done(started, by_application);
+        r
     }
 
     fn record_sync(&self) -> Result<(), HalError> {

@@ -12,8 +12,8 @@
 
 mod chaos;
 pub mod driver;
+mod exit_report;
 mod exports;
-mod flushes;
 pub(crate) mod fork_gate;
 mod guard;
 pub mod hal;

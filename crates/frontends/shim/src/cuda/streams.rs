@@ -36,7 +36,7 @@ impl StreamQueue {
     /// Waits until everything submitted so far has been handed to the driver.
     #[track_caller]
     pub fn wait_launched(&self) {
-        let started = super::flushes::start(|| self.xq.pending_len() > 0);
+        let started = super::exit_report::start(|| self.xq.pending_len() > 0);
         let site = std::panic::Location::caller();
         self.xq.wait_launched();
         // Kernels stopped at Lv2 are launched again only by the resume; meanwhile nothing may
@@ -51,7 +51,7 @@ impl StreamQueue {
         if self.xq.pending_len() > 0 {
             self.held.store(true, Ordering::SeqCst);
         }
-        super::flushes::done(started, site);
+        super::exit_report::done(started, site);
     }
 
     /// Before the caller buffers more behind this queue's own buffer: lets that buffer go out
@@ -61,14 +61,14 @@ impl StreamQueue {
         if !self.held.load(Ordering::SeqCst) {
             return;
         }
-        let started = super::flushes::start(|| self.xq.pending_len() > 0);
+        let started = super::exit_report::start(|| self.xq.pending_len() > 0);
         if self.xq.wait_launched_within(limit) {
             self.held.store(false, Ordering::SeqCst);
             if self.xq.pending_len() > 0 {
                 self.held.store(true, Ordering::SeqCst);
             }
         }
-        super::flushes::done(started, std::panic::Location::caller());
+        super::exit_report::done(started, std::panic::Location::caller());
     }
 }
 
@@ -84,11 +84,12 @@ fn log_queue(q: &StreamQueue) {
     };
     let st = Preemptible::stats(&*q.xq);
     shim_log!(
-        "{kind} stream queue: {} commands, {} launched from its buffer, ran dry {} times, {} preemptions",
+        "{kind} stream queue: {} commands, {} launched from its buffer, ran dry {} times, {} preemptions; {}",
         st.submitted,
         st.buffered_launches,
         st.ran_dry,
-        st.preemptions
+        st.preemptions,
+        q.xq.hal().launch_times.summary()
     );
 }
 
@@ -162,7 +163,7 @@ extern "C" fn at_exit() {
         q.xq.hal().retire_at_exit();
     }
     if crate::log::log_enabled() {
-        for line in super::flushes::report() {
+        for line in super::exit_report::report() {
             shim_log!("{line}");
         }
     }
@@ -487,7 +488,7 @@ pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)
     }
     let own = existing(stream, ptsz);
     let seen = own.as_ref().map(|q| {
-        let started = super::flushes::start(|| q.xq.pending_len() > 0);
+        let started = super::exit_report::start(|| q.xq.pending_len() > 0);
         let generation = loop {
             q.xq.wait_launched();
             if let Some(generation) = q.xq.hal().admit_sync() {
@@ -495,7 +496,7 @@ pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)
             }
             std::thread::sleep(super::hal::poll_nap());
         };
-        super::flushes::done(started, std::panic::Location::caller());
+        super::exit_report::done(started, std::panic::Location::caller());
         generation
     });
     order_after_others(stream, ptsz, own.as_deref());

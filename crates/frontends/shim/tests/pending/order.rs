@@ -122,9 +122,10 @@ fn a_launch_on_the_legacy_stream_waits_for_its_own_buffered_launches_only_a_whil
         o.stderr
     );
     assert!(
-        o.stderr
-            .lines()
-            .any(|l| l.contains("legacy stream queue: 3 commands, 2 launched from its buffer")),
+        o.stderr.lines().any(|l| l
+            .contains("legacy stream queue: 3 commands, 2 launched from its buffer")
+            && l.contains("launches: 1 by the application (mean ")
+            && l.contains(", 2 from the buffer (mean ")),
         "{}",
         o.stderr
     );
