@@ -121,6 +121,10 @@ pub trait HwQueue {
     /// Blocks until `completed() >= upto`. Returns at once if it already is.
     fn synchronize(&self, upto: Seq) -> Result<(), HalError>;
 
+    /// Advances `completed()` by what the hardware can tell without blocking (sync points that
+    /// have passed). A hardware whose `completed()` is always current needs nothing here.
+    fn take_in_completions(&self) {}
+
     /// Whether the last deactivate/interrupt/reactivate/restore has fully taken effect (the
     /// hardware is free of this queue's running work, or running it again). Backends whose
     /// operations are synchronous keep the default.

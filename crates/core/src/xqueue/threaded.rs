@@ -162,8 +162,12 @@ where
         };
         let now = self.inner.now();
         let kind = command.op.kind();
+        let mut fed = (None, None);
         let (submitted, lingered, watcher_polls) = {
             let mut q = self.inner.lock();
+            if q.config().feeds_on_submit() && q.pending_len() > 0 && !q.is_suspended() {
+                fed = self.inner.feed(&mut q, now);
+            }
             let lingered = q.idle_due().is_some();
             match q.submit(&self.inner.hal, command, now) {
                 Ok(s) => {
@@ -184,6 +188,7 @@ where
                 }
             }
         };
+        self.inner.report_progress(self.id, fed);
         if self.inner.wants_work() {
             let seq = submitted.seq;
             self.inner
@@ -440,6 +445,35 @@ impl<H: HwQueue> Inner<H> {
         self.sink.as_ref().is_some_and(|s| s.wants_work())
     }
 
+    /// Launches from the pending buffer into the room that completions the hardware can tell
+    /// without blocking made (on the caller's thread, under the queue's lock). Returns what
+    /// [`Self::report_progress`] reports once the lock is let go.
+    fn feed(&self, q: &mut XQueue<H::Payload>, now: Nanos) -> (Option<Seq>, Option<QueueReport>) {
+        let (completed, pending) = (q.completed(), q.pending_len());
+        self.hal.take_in_completions();
+        let report = q.poll(&self.hal, now).unwrap_or_else(|e| {
+            // The watcher retries the launch.
+            tracing::warn!(%e, "launch from the pending buffer failed; will retry");
+            None
+        });
+        if q.pending_len() < pending {
+            self.progress.notify_all();
+        }
+        ((q.completed() > completed).then(|| q.completed()), report)
+    }
+
+    /// Completed work for the hooks, then a Ready/Idle, as a poll found them.
+    fn report_progress(&self, id: QueueId, (upto, report): (Option<Seq>, Option<QueueReport>)) {
+        if let Some(upto) = upto
+            && self.wants_work()
+        {
+            self.report(id, QueueReport::Completed { upto });
+        }
+        if let Some(report) = report {
+            self.report(id, report);
+        }
+    }
+
     fn pay_owed_wake(&self) {
         if self.wake_owed.swap(false, Ordering::Relaxed) {
             self.work.notify_one();
@@ -465,14 +499,7 @@ impl<H: HwQueue> Inner<H> {
             ((upto > before).then_some(upto), report)
         };
         self.progress.notify_all();
-        if let Some(upto) = upto
-            && self.wants_work()
-        {
-            self.report(id, QueueReport::Completed { upto });
-        }
-        if let Some(report) = report {
-            self.report(id, report);
-        }
+        self.report_progress(id, (upto, report));
     }
 }
 

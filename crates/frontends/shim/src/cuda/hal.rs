@@ -466,6 +466,29 @@ impl HwQueue for StreamHal {
         if g.retired { g.launched } else { g.completed }
     }
 
+    /// On the submitting thread (`QueueConfig::with_feed_on_submit`): the sync events that
+    /// have passed, oldest first, one query each until the first that has not.
+    fn take_in_completions(&self) {
+        if self.observer.is_some() {
+            return;
+        }
+        let mut g = self.lock();
+        if g.retired || g.lv2.stop == super::lv2::Stop::Flagged {
+            return;
+        }
+        let _ctx = CtxGuard::enter(self.ctx);
+        let generation = g.lv2.generation;
+        while let Some(&(m, ev)) = g.sync.iter().find(|&&(m, _)| m > g.completed) {
+            if driver::cuEventQuery(ev) != SUCCESS {
+                break;
+            }
+            self.reached(&mut g, m, generation);
+            if g.completed < m {
+                break;
+            }
+        }
+    }
+
     fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
         precise_naps();
         xpreempt_hal::placement::step_aside(&self.launcher_cpu);

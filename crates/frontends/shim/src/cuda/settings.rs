@@ -28,6 +28,9 @@ pub struct Settings {
     /// `XPREEMPT_OWN_WAIT_US`: how long a launch on the legacy stream waits for its own stream's
     /// buffer to go out (default 10 000; 0: not at all). A tuning knob for measurements.
     pub own_wait_us: u64,
+    /// `XPREEMPT_FEED_ON_SUBMIT=1`: a submission to a backlogged stream refills its window
+    /// (`QueueConfig::with_feed_on_submit`). A tuning knob for measurements.
+    pub feed_on_submit: bool,
 }
 
 /// The window of a queue that is not the process's own choice: the highest queues run
@@ -75,6 +78,7 @@ impl Settings {
                 .and_then(|v| v.trim().parse().ok())
                 .filter(|&us| us > 0)
                 .unwrap_or(DEFAULT_POLL_US),
+            feed_on_submit: flag("XPREEMPT_FEED_ON_SUBMIT"),
             own_wait_us: get("XPREEMPT_OWN_WAIT_US")
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(DEFAULT_OWN_WAIT_US),
@@ -136,8 +140,12 @@ mod tests {
             (s.poll_us, s.own_wait_us),
             (DEFAULT_POLL_US, DEFAULT_OWN_WAIT_US)
         );
-        let s = Settings::parse(env(&[("XPREEMPT_OWN_WAIT_US", "0")]));
-        assert_eq!(s.own_wait_us, 0);
+        assert!(!s.feed_on_submit);
+        let s = Settings::parse(env(&[
+            ("XPREEMPT_OWN_WAIT_US", "0"),
+            ("XPREEMPT_FEED_ON_SUBMIT", "1"),
+        ]));
+        assert_eq!((s.own_wait_us, s.feed_on_submit), (0, true));
         let s = Settings::parse(env(&[
             ("XPREEMPT_SYNC_EVERY", "1"),
             ("XPREEMPT_POLL_US", "5"),

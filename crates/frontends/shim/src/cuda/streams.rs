@@ -309,7 +309,9 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
     };
     let (threshold, batch) = s.window();
     let config = match QueueConfig::new(threshold, batch, s.level) {
-        Ok(c) => c.with_idle_linger(s.idle_linger_us.saturating_mul(1_000)),
+        Ok(c) => c
+            .with_idle_linger(s.idle_linger_us.saturating_mul(1_000))
+            .with_feed_on_submit(s.feed_on_submit),
         Err(e) => {
             shim_log!("queue settings: {e}; stream passes through");
             return None;

@@ -161,6 +161,19 @@ pub fn chaos(seed: u64) -> Config {
     )
 }
 
+/// Random suspensions with a small window, and submissions that refill the window
+/// (`XPREEMPT_FEED_ON_SUBMIT=1`).
+pub fn feeding(seed: u64) -> Config {
+    intercepting(
+        format!("feed{seed}"),
+        &[
+            ("XPREEMPT_WINDOW", "2".into()),
+            ("XPREEMPT_FEED_ON_SUBMIT", "1".into()),
+            ("XPREEMPT_CHAOS", format!("{seed}:200")),
+        ],
+    )
+}
+
 /// The same at Lv2 (`XPREEMPT_LEVEL=2`): guard-built kernels are stopped and relaunched.
 pub fn lv2(mut c: Config) -> Config {
     c.name = format!("{}-lv2", c.name);
@@ -205,6 +218,7 @@ impl Proc {
             .env_remove("XPREEMPT_INTERCEPT")
             .env_remove("XPREEMPT_CHAOS")
             .env_remove("XPREEMPT_WINDOW")
+            .env_remove("XPREEMPT_FEED_ON_SUBMIT")
             .env_remove("XPREEMPT_PRIORITY")
             .env_remove("XPREEMPT_PASS_THROUGH")
             .stdin(Stdio::piped())
@@ -341,8 +355,8 @@ pub fn run(scenario: &str, config: &Config) -> Outcome {
 }
 
 /// Runs a scenario natively, in pass-through mode, with the shim's defaults, with a window of
-/// one and under random suspensions, applying `check` to each; under the window of one,
-/// launches must have been buffered.
+/// one, under random suspensions and with submissions that refill the window, applying `check`
+/// to each; under the window of one, launches must have been buffered.
 pub fn everywhere(scenario: &str, check: impl Fn(&Outcome)) {
     let configs = [
         native(),
@@ -352,6 +366,7 @@ pub fn everywhere(scenario: &str, check: impl Fn(&Outcome)) {
         chaos(1),
         chaos(2),
         chaos(3),
+        feeding(4),
     ];
     for config in &configs {
         let o = run(scenario, config);
