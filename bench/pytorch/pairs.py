@@ -321,8 +321,23 @@ class Runner:
             except (OSError, ValueError):
                 results[kind] = {"error": f"no result (exit {p['proc'].returncode}); see raw/{p['name']}.log"}
             results[kind]["exit_code"] = p["proc"].returncode
+            report = shim_report(os.path.join(self.raw, f"{p['name']}.log"))
+            if report:
+                results[kind]["shim_report"] = report
         print(f"   {time.time() - t0:.0f} s", flush=True)
         return {"group": group, "mode": mode, "measuring": members[0][1], "results": results, "queues": queues}
+
+
+def shim_report(log_path):
+    """The shim's exit report in a process's log (XPREEMPT_SHIM_LOG=1): which calls waited for
+    buffered commands, and how each stream queue's window was fed."""
+    try:
+        with open(log_path, errors="replace") as f:
+            return [line.strip().removeprefix("xpreempt-shim: ") for line in f
+                    if line.startswith("xpreempt-shim: ")
+                    and ("waits for buffered commands" in line or "stream queue:" in line)]
+    except OSError:
+        return []
 
 
 def preemptions_per_s(queues, priority):
@@ -361,6 +376,9 @@ def summarize(runs, alone):
         mode = {"alone": f"alone ({r['measuring']})", ALONE_AFTER: f"alone again ({r['measuring']})"}.get(
             r["mode"], r["mode"])
         row = {"group": r["group"], "mode": mode, "measuring": r["measuring"]}
+        trainer = res.get("train", {})
+        if trainer.get("shim_report"):
+            row["shim_report"] = trainer["shim_report"]
         if "latency" in m:
             row.update({"p50_ms": m["latency"]["p50_ms"], "p99_ms": m["latency"]["p99_ms"],
                         "p999_ms": m["latency"]["p999_ms"], "mean_ms": m["latency"]["mean_ms"],
@@ -437,6 +455,10 @@ def markdown(rows, meta):
             fmt(r.get("goal_latency_service")), fmt(r.get("goal_train")), fmt(r.get("weights_equal_alone")),
             fmt(r.get("outputs_equal_alone")), fmt(r.get("medium_p99_x")),
             fmt(r.get("low_preemptions_per_s"), ".0f")]) + " |")
+    reports = [(r, line) for r in rows for line in r.get("shim_report", [])]
+    if reports:
+        out += ["", "The shim's exit reports (`XPREEMPT_SHIM_LOG=1`):", ""]
+        out += [f"- {r['group']} {r['mode']} ({r['measuring']}): {line}" for r, line in reports]
     return "\n".join(out) + "\n"
 
 
@@ -503,7 +525,10 @@ def load_raw(raw):
         group, rest = f[:-5].split("-", 1)
         mode, kind = rest.rsplit("-", 1)
         with open(os.path.join(raw, f)) as fh:
-            by_key.setdefault((group, mode), {})[kind] = json.load(fh)
+            res = by_key.setdefault((group, mode), {})[kind] = json.load(fh)
+        report = shim_report(os.path.join(raw, f[:-5] + ".log"))
+        if report:
+            res["shim_report"] = report
     for (group, mode), results in sorted(by_key.items()):
         if mode in ("alone", ALONE_AFTER):
             for kind, res in results.items():
