@@ -25,10 +25,6 @@ pub struct QueueConfig {
     /// (see [`Self::with_idle_poll`]).
     #[serde(default = "default_idle_poll")]
     idle_poll_ns: Nanos,
-    /// A submission to a backlogged threaded queue refills its window (see
-    /// [`Self::with_feed_on_submit`]).
-    #[serde(default)]
-    feed_on_submit: bool,
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -51,7 +47,6 @@ impl Default for QueueConfig {
             level: Level::Lv3,
             idle_linger_ns: 0,
             idle_poll_ns: DEFAULT_IDLE_POLL_NS,
-            feed_on_submit: false,
         }
     }
 }
@@ -74,7 +69,6 @@ impl QueueConfig {
             level,
             idle_linger_ns: 0,
             idle_poll_ns: DEFAULT_IDLE_POLL_NS,
-            feed_on_submit: false,
         })
     }
 
@@ -107,20 +101,6 @@ impl QueueConfig {
 
     pub fn idle_poll_ns(&self) -> Nanos {
         self.idle_poll_ns
-    }
-
-    /// While a threaded queue holds commands in its pending buffer, each submission first takes
-    /// in the completions the hardware can tell without blocking
-    /// ([`HwQueue::take_in_completions`](xpreempt_hal::HwQueue::take_in_completions)) and
-    /// launches from the buffer into the room they made, on the submitting thread. Otherwise
-    /// only the completion watcher refills the window, at its sync points. Off by default.
-    pub fn with_feed_on_submit(mut self, on: bool) -> Self {
-        self.feed_on_submit = on;
-        self
-    }
-
-    pub fn feeds_on_submit(&self) -> bool {
-        self.feed_on_submit
     }
 
     pub fn threshold(&self) -> u32 {

@@ -162,12 +162,8 @@ where
         };
         let now = self.inner.now();
         let kind = command.op.kind();
-        let mut fed = (None, None);
         let (submitted, lingered, watcher_polls) = {
             let mut q = self.inner.lock();
-            if q.config().feeds_on_submit() && q.pending_len() > 0 && !q.is_suspended() {
-                fed = self.inner.feed(&mut q, now);
-            }
             let lingered = q.idle_due().is_some();
             match q.submit(&self.inner.hal, command, now) {
                 Ok(s) => {
@@ -188,7 +184,6 @@ where
                 }
             }
         };
-        self.inner.report_progress(self.id, fed);
         if self.inner.wants_work() {
             let seq = submitted.seq;
             self.inner
@@ -206,6 +201,22 @@ where
             self.inner.work.notify_one();
         }
         Ok(submitted.seq)
+    }
+
+    /// Launches from the pending buffer into the room made by the completions the hardware can
+    /// tell without blocking ([`HwQueue::take_in_completions`]), on the caller's thread: a front
+    /// end whose application keeps submitting to a backlogged queue may feed the window so,
+    /// before each submission, rather than leave it to the completion watcher, which refills
+    /// only at its sync points. Nothing happens while the queue is suspended or holds nothing.
+    pub fn refill(&self) {
+        let fed = {
+            let mut q = self.inner.lock();
+            if q.pending_len() == 0 || q.is_suspended() {
+                return;
+            }
+            self.inner.feed(&mut q, self.inner.now())
+        };
+        self.inner.report_progress(self.id, fed);
     }
 
     /// Submits, backing off (from 50 µs, doubling, up to 10 ms between tries) while admission

@@ -466,7 +466,7 @@ impl HwQueue for StreamHal {
         if g.retired { g.launched } else { g.completed }
     }
 
-    /// On the submitting thread (`QueueConfig::with_feed_on_submit`): the sync events that
+    /// On the application's thread (`XPREEMPT_FEED_ON_SUBMIT`): the sync events that
     /// have passed, oldest first, one query each until the first that has not.
     fn take_in_completions(&self) {
         if self.observer.is_some() {

@@ -4,6 +4,7 @@
 use super::driver::{self, CUresult, Handle, SUCCESS};
 use super::hal::{CuError, Deferred, GuardValues, submitting};
 use super::real::Real;
+use super::settings::settings;
 use super::streams::{self, StreamQueue};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -206,6 +207,10 @@ fn submit_kernel(
 }
 
 fn submit_deferred(q: &StreamQueue, d: Deferred) -> CUresult {
+    if settings().feed_on_submit && q.may_hold() {
+        // Not as the submission: these launches are the buffer's, not the application's call.
+        q.xq.refill();
+    }
     let cmd = Command::kernel(d).with_props(CommandProps::new(false, false, false));
     QUEUED.fetch_add(1, Ordering::Relaxed);
     // The RM hooks' work_submit (in-process; one atomic load when they are off).

@@ -28,8 +28,8 @@ pub struct Settings {
     /// `XPREEMPT_OWN_WAIT_US`: how long a launch on the legacy stream waits for its own stream's
     /// buffer to go out (default 10 000; 0: not at all). A tuning knob for measurements.
     pub own_wait_us: u64,
-    /// `XPREEMPT_FEED_ON_SUBMIT=1`: a submission to a backlogged stream refills its window
-    /// (`QueueConfig::with_feed_on_submit`). A tuning knob for measurements.
+    /// `XPREEMPT_FEED_ON_SUBMIT=1`: before a submission to a backlogged stream, the application's
+    /// thread refills its window (`SharedXQueue::refill`). A tuning knob for measurements.
     pub feed_on_submit: bool,
 }
 

@@ -33,6 +33,11 @@ impl StreamQueue {
         self.held.store(true, Ordering::SeqCst);
     }
 
+    /// Whether the queue may hold buffered commands.
+    pub fn may_hold(&self) -> bool {
+        self.held.load(Ordering::SeqCst)
+    }
+
     /// Waits until everything submitted so far has been handed to the driver.
     #[track_caller]
     pub fn wait_launched(&self) {
@@ -309,9 +314,7 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
     };
     let (threshold, batch) = s.window();
     let config = match QueueConfig::new(threshold, batch, s.level) {
-        Ok(c) => c
-            .with_idle_linger(s.idle_linger_us.saturating_mul(1_000))
-            .with_feed_on_submit(s.feed_on_submit),
+        Ok(c) => c.with_idle_linger(s.idle_linger_us.saturating_mul(1_000)),
         Err(e) => {
             shim_log!("queue settings: {e}; stream passes through");
             return None;

@@ -1,7 +1,7 @@
-//! `QueueConfig::with_feed_on_submit`: a submission to a backlogged queue takes in the
-//! completions the hardware can tell without blocking and launches from the buffer into the room
-//! they made, on the submitting thread. The hardware here reports completions only when asked
-//! that way, so the completion watcher alone can never refill the window.
+//! `SharedXQueue::refill`: the caller takes in the completions the hardware can tell without
+//! blocking and launches from the buffer into the room they made. The hardware here reports
+//! completions only when asked that way, so the completion watcher alone can never refill the
+//! window.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use xpreempt_core::xqueue::threaded::SharedXQueue;
@@ -49,11 +49,9 @@ impl HwQueue for &'static AskedHal {
     }
 }
 
-fn backlog(feed: bool) -> (&'static AskedHal, SharedXQueue<&'static AskedHal>) {
+fn backlog() -> (&'static AskedHal, SharedXQueue<&'static AskedHal>) {
     let hal: &'static AskedHal = Box::leak(Box::default());
-    let config = QueueConfig::new(2, 1, Level::Lv1)
-        .unwrap()
-        .with_feed_on_submit(feed);
+    let config = QueueConfig::new(2, 1, Level::Lv1).unwrap();
     let q = SharedXQueue::new(XQueue::new(QueueId(1), config, Level::Lv1), hal, None);
     for _ in 0..4 {
         q.submit(command()).unwrap();
@@ -71,8 +69,9 @@ fn command() -> Command<()> {
 }
 
 #[test]
-fn a_submission_to_a_backlogged_queue_refills_its_window() {
-    let (hal, q) = backlog(true);
+fn a_refill_before_a_submission_to_a_backlogged_queue_launches_from_its_buffer() {
+    let (hal, q) = backlog();
+    q.refill();
     q.submit(command()).unwrap();
     assert_eq!(
         hal.launched.load(Ordering::SeqCst),
@@ -84,8 +83,20 @@ fn a_submission_to_a_backlogged_queue_refills_its_window() {
 
 #[test]
 fn without_it_the_submission_only_buffers() {
-    let (hal, q) = backlog(false);
+    let (hal, q) = backlog();
     q.submit(command()).unwrap();
     assert_eq!(hal.launched.load(Ordering::SeqCst), 2);
     assert_eq!(q.pending_len(), 3);
+}
+
+#[test]
+fn a_suspended_queue_is_not_refilled() {
+    use xpreempt_core::xqueue::threaded::Preemptible;
+    let (hal, q) = backlog();
+    q.suspend().unwrap();
+    q.refill();
+    assert_eq!(
+        (hal.launched.load(Ordering::SeqCst), q.pending_len()),
+        (2, 2)
+    );
 }
