@@ -70,6 +70,40 @@ macro_rules! forward {
     };
 }
 
+/// A device-side operation on a stream (a set, a device-to-device copy): a command of the
+/// stream's queue, as a launch is, so the application's thread does not wait for the queue's
+/// buffer. Only operations that read nothing of the host's at the call belong here (a copy from
+/// pageable memory reads its source then: it stays `forward!`).
+macro_rules! queued {
+    ($name:ident($($a:ident),*) stream $s:ident, ptsz $p:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
+            let real = real!($name);
+            super::exit_report::serving(stringify!($name));
+            let r = guarded(|intercept| {
+                launch::stream_op(intercept, $s as Handle, $p, move || call_real!(real, $($a),*))
+            });
+            super::exit_report::served();
+            r
+        }
+    };
+}
+
+queued!(cuMemcpyDtoDAsync_v2(a, b, c, s) stream s, ptsz false);
+queued!(cuMemcpyDtoDAsync_v2_ptsz(a, b, c, s) stream s, ptsz true);
+queued!(cuMemsetD8Async(a, b, c, s) stream s, ptsz false);
+queued!(cuMemsetD8Async_ptsz(a, b, c, s) stream s, ptsz true);
+queued!(cuMemsetD16Async(a, b, c, s) stream s, ptsz false);
+queued!(cuMemsetD16Async_ptsz(a, b, c, s) stream s, ptsz true);
+queued!(cuMemsetD32Async(a, b, c, s) stream s, ptsz false);
+queued!(cuMemsetD32Async_ptsz(a, b, c, s) stream s, ptsz true);
+queued!(cuMemsetD2D8Async(a, b, c, d, e, s) stream s, ptsz false);
+queued!(cuMemsetD2D8Async_ptsz(a, b, c, d, e, s) stream s, ptsz true);
+queued!(cuMemsetD2D16Async(a, b, c, d, e, s) stream s, ptsz false);
+queued!(cuMemsetD2D16Async_ptsz(a, b, c, d, e, s) stream s, ptsz true);
+queued!(cuMemsetD2D32Async(a, b, c, d, e, s) stream s, ptsz false);
+queued!(cuMemsetD2D32Async_ptsz(a, b, c, d, e, s) stream s, ptsz true);
+
 // ---- operations on a stream that go straight to the driver after what they follow ----
 forward!(cuMemcpyAsync(a, b, c, s) stream s, ptsz false);
 forward!(cuMemcpyAsync_ptsz(a, b, c, s) stream s, ptsz true);
@@ -77,26 +111,12 @@ forward!(cuMemcpyHtoDAsync_v2(a, b, c, s) stream s, ptsz false);
 forward!(cuMemcpyHtoDAsync_v2_ptsz(a, b, c, s) stream s, ptsz true);
 forward!(cuMemcpyDtoHAsync_v2(a, b, c, s) stream s, ptsz false);
 forward!(cuMemcpyDtoHAsync_v2_ptsz(a, b, c, s) stream s, ptsz true);
-forward!(cuMemcpyDtoDAsync_v2(a, b, c, s) stream s, ptsz false);
-forward!(cuMemcpyDtoDAsync_v2_ptsz(a, b, c, s) stream s, ptsz true);
 forward!(cuMemcpy2DAsync_v2(a, s) stream s, ptsz false);
 forward!(cuMemcpy2DAsync_v2_ptsz(a, s) stream s, ptsz true);
 forward!(cuMemcpy3DAsync_v2(a, s) stream s, ptsz false);
 forward!(cuMemcpy3DAsync_v2_ptsz(a, s) stream s, ptsz true);
 forward!(cuMemcpyPeerAsync(a, b, c, d, e, s) stream s, ptsz false);
 forward!(cuMemcpyPeerAsync_ptsz(a, b, c, d, e, s) stream s, ptsz true);
-forward!(cuMemsetD8Async(a, b, c, s) stream s, ptsz false);
-forward!(cuMemsetD8Async_ptsz(a, b, c, s) stream s, ptsz true);
-forward!(cuMemsetD16Async(a, b, c, s) stream s, ptsz false);
-forward!(cuMemsetD16Async_ptsz(a, b, c, s) stream s, ptsz true);
-forward!(cuMemsetD32Async(a, b, c, s) stream s, ptsz false);
-forward!(cuMemsetD32Async_ptsz(a, b, c, s) stream s, ptsz true);
-forward!(cuMemsetD2D8Async(a, b, c, d, e, s) stream s, ptsz false);
-forward!(cuMemsetD2D8Async_ptsz(a, b, c, d, e, s) stream s, ptsz true);
-forward!(cuMemsetD2D16Async(a, b, c, d, e, s) stream s, ptsz false);
-forward!(cuMemsetD2D16Async_ptsz(a, b, c, d, e, s) stream s, ptsz true);
-forward!(cuMemsetD2D32Async(a, b, c, d, e, s) stream s, ptsz false);
-forward!(cuMemsetD2D32Async_ptsz(a, b, c, d, e, s) stream s, ptsz true);
 forward!(cuLaunchHostFunc(s, b, c) stream s, ptsz false);
 forward!(cuLaunchHostFunc_ptsz(s, b, c) stream s, ptsz true);
 forward!(cuStreamAddCallback(s, b, c, d) stream s, ptsz false);

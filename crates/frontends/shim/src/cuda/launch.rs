@@ -267,6 +267,20 @@ fn observed(stream: Handle, ptsz: bool, status: CUresult) -> CUresult {
     status
 }
 
+/// A device-side stream operation (`exports::queued!`): through the stream's queue where a
+/// launch would go, else straight to the driver after what it follows.
+pub fn stream_op(
+    intercept: bool,
+    stream: Handle,
+    ptsz: bool,
+    call: impl FnOnce() -> CUresult + Send + 'static,
+) -> CUresult {
+    match route(intercept, stream, ptsz) {
+        Some(q) => submit(&q, call),
+        None => call(),
+    }
+}
+
 /// Where a launch goes: through the queue (`Some`), or straight to the driver.
 fn route(intercept: bool, stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
     if !intercept || !streams::active() || streams::capturing(stream) {

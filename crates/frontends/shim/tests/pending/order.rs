@@ -131,6 +131,13 @@ fn a_launch_on_the_legacy_stream_waits_for_its_own_buffered_launches_only_a_whil
     );
 }
 
+/// An asynchronous set (and a device-to-device copy) is a command of its stream's queue: it goes
+/// behind the stream's buffered launches without the host waiting for them, in every mode.
+#[test]
+fn an_asynchronous_set_is_buffered_behind_its_streams_launches_without_waiting() {
+    everywhere("gate-set-async", |_| {});
+}
+
 /// Known limitation (tests/sim/app/gate.c): the shim orders a call after buffered commands by
 /// blocking the host until they reach the driver; when a command in flight before them waits for
 /// a host action the application takes only after that call, neither side moves (natively the

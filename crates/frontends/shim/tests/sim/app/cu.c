@@ -81,6 +81,7 @@ void setup(void) {
     L(MemcpyHtoD, "cuMemcpyHtoD");
     L(MemcpyDtoH, "cuMemcpyDtoH");
     L(MemsetD32, "cuMemsetD32");
+    L(MemsetD32Async, "cuMemsetD32Async");
     L(MemcpyHtoDAsync, "cuMemcpyHtoDAsync");
     L(MemcpyDtoHAsync, "cuMemcpyDtoHAsync");
     L(ModuleLoadData, "cuModuleLoadData");

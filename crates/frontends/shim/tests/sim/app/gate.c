@@ -37,3 +37,20 @@ void gate_own_legacy(void) {
     cu.release(1);
     CHECK(cu.CtxSynchronize());
 }
+
+/* An asynchronous set on a stream is buffered behind the stream's buffered kernel like a launch:
+ * the call returns at once, as natively (the gate opens only after it), and the set still comes
+ * after kernel 2. */
+void gate_set_async(void) {
+    CUstream a = new_stream(0);
+    CUdeviceptr x;
+    CHECK(cu.MemAlloc(&x, 8));
+    K(a, 1, 0, F_GATE, x);
+    K(a, 2, 1000, 0, x);
+    CHECK(cu.MemsetD32Async(x, 7, 2, a));
+    cu.release(1);
+    CHECK(cu.StreamSynchronize(a));
+    unsigned long long h = 0;
+    CHECK(cu.MemcpyDtoH(&h, x, 8));
+    EXPECT(h == 0x0000000700000007ull, "cuMemsetD32Async overtook kernel 2 (read %llx)", h);
+}

@@ -30,6 +30,7 @@
     X("gate-legacy", gate_legacy)                                                                  \
     X("gate-record", gate_record)                                                                  \
     X("gate-own-legacy", gate_own_legacy)                                                          \
+    X("gate-set-async", gate_set_async)                                                            \
     X("guard-basic", guard_basic)                                                                  \
     X("guard-suspend", guard_suspend)                                                              \
     X("guard-unload", guard_unload)
