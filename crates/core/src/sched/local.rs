@@ -17,7 +17,7 @@ use super::protocol::{QueueInfo, QueueReport, SchedEvent};
 use super::scheduler::{SchedError, Scheduler};
 use crate::stats::SchedulerStats;
 use crate::xqueue::threaded::{EventSink, Preemptible, ReportSink};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -28,6 +28,8 @@ struct Shared {
     preempter: Arc<Preempter>,
     /// Queues announced to the spinning preemption thread, not decided on yet.
     announced: Mutex<Vec<QueueId>>,
+    /// The list's length, set under its lock: a report finds nothing to take back without it.
+    announced_len: AtomicUsize,
     /// Wakes the timer thread when the next wake-up time moves earlier, or at shutdown.
     timer: Condvar,
     shutdown: AtomicBool,
@@ -85,7 +87,10 @@ impl ReportSink for Sink {
             return;
         };
         if shared.preempter.is_spinning() {
-            shared.lock_announced().push(queue);
+            let mut pending = shared.lock_announced();
+            pending.push(queue);
+            shared.announced_len.store(pending.len(), Ordering::Release);
+            drop(pending);
             shared.preempter.ring();
         } else if let Err(e) = shared.run(|d, clock| d.announce(queue, clock)) {
             tracing::warn!(%e, "announcement ignored");
@@ -118,6 +123,7 @@ impl LocalScheduler {
             driver: Mutex::new(Driver::new(scheduler)),
             preempter: Arc::new(Preempter::new(hot)),
             announced: Mutex::new(Vec::new()),
+            announced_len: AtomicUsize::new(0),
             timer: Condvar::new(),
             shutdown: AtomicBool::new(false),
             epoch: Instant::now(),
@@ -201,9 +207,13 @@ impl Shared {
     /// Removes `queue`'s announcement if the preemption thread has not decided on it; whether
     /// there was one. Waits while that thread decides (it holds the list meanwhile).
     fn take_back_announcement(&self, queue: QueueId) -> bool {
+        if self.announced_len.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let mut pending = self.lock_announced();
         let before = pending.len();
         pending.retain(|&q| q != queue);
+        self.announced_len.store(pending.len(), Ordering::Release);
         pending.len() != before
     }
 
@@ -313,6 +323,8 @@ fn decide_announced(shared: &Shared) {
             }
         }
     });
+    // Only now: a report that finds the count at zero must not land before these decisions.
+    shared.announced_len.store(0, Ordering::Release);
     drop(pending);
 }
 
