@@ -77,8 +77,8 @@ struct Inner<H: HwQueue> {
     /// Wakes waiters in `wait` after every poll.
     progress: Condvar,
     refused: AtomicBool,
-    /// The watcher, idle, looks for work by itself every [`watcher::IDLE_POLL_TICK`] (changed only under
-    /// the queue's lock): a submission need not wake it.
+    /// The watcher, idle, looks for work by itself every [`watcher::IDLE_POLL_TICK`] (changed
+    /// only under the queue's lock): a submission need not wake it.
     polling: AtomicBool,
     /// A submission found the watcher polling and did not wake it; the first wait does.
     wake_owed: AtomicBool,
@@ -210,14 +210,20 @@ where
     /// before each submission, rather than leave it to the completion watcher, which refills
     /// only at its sync points. Nothing happens while the queue is suspended or holds nothing.
     pub fn refill(&self) {
-        let fed = {
+        let (polled, launched) = {
             let mut q = self.inner.lock();
-            if q.pending_len() == 0 || q.is_suspended() {
+            let pending = q.pending_len();
+            if pending == 0 || q.is_suspended() {
                 return;
             }
-            self.inner.feed(&mut q, self.inner.now())
+            self.inner.hal.take_in_completions();
+            let polled = self.inner.poll_locked(&mut q, self.inner.now());
+            (polled, q.pending_len() < pending)
         };
-        self.inner.report_progress(self.id, fed);
+        if launched {
+            self.inner.progress.notify_all();
+        }
+        self.inner.report_progress(self.id, polled);
     }
 
     /// Submits, backing off (from 50 µs, doubling, up to 10 ms between tries) while admission
@@ -450,23 +456,6 @@ impl<H: HwQueue> Inner<H> {
         self.sink.as_ref().is_some_and(|s| s.wants_work())
     }
 
-    /// Launches from the pending buffer into the room that completions the hardware can tell
-    /// without blocking made (on the caller's thread, under the queue's lock). Returns what
-    /// [`Self::report_progress`] reports once the lock is let go.
-    fn feed(&self, q: &mut XQueue<H::Payload>, now: Nanos) -> (Option<Seq>, Option<QueueReport>) {
-        let (completed, pending) = (q.completed(), q.pending_len());
-        self.hal.take_in_completions();
-        let report = q.poll(&self.hal, now).unwrap_or_else(|e| {
-            // The watcher retries the launch.
-            tracing::warn!(%e, "launch from the pending buffer failed; will retry");
-            None
-        });
-        if q.pending_len() < pending {
-            self.progress.notify_all();
-        }
-        ((q.completed() > completed).then(|| q.completed()), report)
-    }
-
     /// Completed work for the hooks, then a Ready/Idle, as a poll found them.
     fn report_progress(&self, id: QueueId, (upto, report): (Option<Seq>, Option<QueueReport>)) {
         if let Some(upto) = upto
@@ -488,22 +477,30 @@ impl<H: HwQueue> Inner<H> {
     /// Polls the queue, wakes waiters, then reports (unlocked) what changed: completed work
     /// for the hooks, and Idle.
     fn poll_and_report(&self, id: QueueId) {
-        let (upto, report) = {
+        let polled = {
             let mut q = self.lock();
             // Read under the lock: a drain seen now must not be dated before a wait for the lock.
             let now = self.now();
-            let before = q.completed();
-            let report = match q.poll(&self.hal, now) {
-                Ok(report) => report,
-                Err(e) => {
-                    tracing::warn!(%e, "launch from the pending buffer failed; will retry");
-                    None
-                }
-            };
-            let upto = q.completed();
-            ((upto > before).then_some(upto), report)
+            self.poll_locked(&mut q, now)
         };
         self.progress.notify_all();
-        self.report_progress(id, (upto, report));
+        self.report_progress(id, polled);
+    }
+
+    /// Polls the queue (under its lock): how far completions now reach, if further than before,
+    /// and the Ready/Idle owed; [`Self::report_progress`] reports them once the lock is let go.
+    fn poll_locked(
+        &self,
+        q: &mut XQueue<H::Payload>,
+        now: Nanos,
+    ) -> (Option<Seq>, Option<QueueReport>) {
+        let before = q.completed();
+        let report = q.poll(&self.hal, now).unwrap_or_else(|e| {
+            // The watcher retries the launch.
+            tracing::warn!(%e, "launch from the pending buffer failed; will retry");
+            None
+        });
+        let upto = q.completed();
+        ((upto > before).then_some(upto), report)
     }
 }
