@@ -25,6 +25,12 @@ pub fn log_enabled() -> bool {
     log_level() >= 1
 }
 
+/// Turns the log on in a unit test that needs what it gates (the exit report's call names).
+#[cfg(test)]
+pub fn enable_for_test() {
+    LOG_LEVEL.store(log_level().max(1), Ordering::Relaxed);
+}
+
 /// Writes one line to stderr with `write(2)`: no lock, no panic on a closed or full stderr.
 pub fn log_line(args: std::fmt::Arguments<'_>) {
     let mut line = String::with_capacity(160);

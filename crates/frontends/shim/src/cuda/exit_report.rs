@@ -23,13 +23,18 @@ struct Waits {
 
 static WAITS: Mutex<Vec<Waits>> = Mutex::new(Vec::new());
 
-/// Names the call this thread serves until [`served`].
+/// Names the call this thread serves until [`served`] (only while the report is on: the name
+/// is not worth a thread-local access on every launch otherwise).
 pub fn serving(call: &'static str) {
-    CALL.with(|c| c.set(call));
+    if crate::log::log_enabled() {
+        CALL.with(|c| c.set(call));
+    }
 }
 
 pub fn served() {
-    CALL.with(|c| c.set(""));
+    if crate::log::log_enabled() {
+        CALL.with(|c| c.set(""));
+    }
 }
 
 /// Starts timing a wait for buffered commands, if the report is on and there is something to
@@ -92,9 +97,8 @@ impl LaunchTimes {
         crate::log::log_enabled().then(Instant::now)
     }
 
-    pub fn done(&self, started: Option<Instant>, by_application: bool) {
-        let Some(t0) = started else { return };
-        let ns = t0.elapsed().as_nanos() as u64;
+    pub fn done(&self, started: Instant, by_application: bool) {
+        let ns = started.elapsed().as_nanos() as u64;
         let i = usize::from(!by_application);
         self.count[i].fetch_add(1, Ordering::Relaxed);
         self.total_ns[i].fetch_add(ns, Ordering::Relaxed);
@@ -123,6 +127,7 @@ mod tests {
 
     #[test]
     fn waits_are_summed_per_call_and_site() {
+        crate::log::enable_for_test();
         let here = Location::caller();
         serving("cuTestCall");
         for _ in 0..3 {
@@ -150,10 +155,9 @@ mod tests {
     fn launch_times_are_kept_apart_per_thread_kind() {
         let t = LaunchTimes::default();
         let long_ago = Instant::now() - Duration::from_micros(30);
-        t.done(Some(long_ago), true);
-        t.done(Some(Instant::now()), true);
-        t.done(Some(long_ago), false);
-        t.done(None, false);
+        t.done(long_ago, true);
+        t.done(Instant::now(), true);
+        t.done(long_ago, false);
         let s = t.summary();
         assert!(
             s.starts_with("launches: 2 by the application (mean "),

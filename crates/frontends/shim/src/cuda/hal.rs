@@ -441,8 +441,9 @@ impl HwQueue for StreamHal {
     ) -> Result<(), HalError> {
         let started = super::exit_report::LaunchTimes::start();
         let r = self.launch_timed(seq, command, sync_point);
-        let by_application = SUBMITTING.with(Cell::get);
-        self.launch_times.done(started, by_application);
+        if let Some(t0) = started {
+            self.launch_times.done(t0, SUBMITTING.with(Cell::get));
+        }
         r
     }
 
