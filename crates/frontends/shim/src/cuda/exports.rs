@@ -79,12 +79,9 @@ macro_rules! queued {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
             let real = real!($name);
-            super::exit_report::serving(stringify!($name));
-            let r = guarded(|intercept| {
+            guarded(stringify!($name), |intercept| {
                 launch::stream_op(intercept, $s as Handle, $p, move || call_real!(real, $($a),*))
-            });
-            super::exit_report::served();
-            r
+            })
         }
     };
 }
@@ -207,11 +204,18 @@ forward!(cuDevicePrimaryCtxReset(a) teardown);
 
 /// Runs a launch through the shim (`run(true)`); on a panic inside the shim, interception stops
 /// and the call goes to libcuda as made (`run(false)`).
-fn guarded(run: impl Fn(bool) -> CUresult + std::panic::RefUnwindSafe) -> CUresult {
-    std::panic::catch_unwind(|| run(true)).unwrap_or_else(|_| {
+/// `call` names the application's call for the exit report.
+fn guarded(
+    call: &'static str,
+    run: impl Fn(bool) -> CUresult + std::panic::RefUnwindSafe,
+) -> CUresult {
+    super::exit_report::serving(call);
+    let r = std::panic::catch_unwind(|| run(true)).unwrap_or_else(|_| {
         streams::turn_off("an internal error");
         run(false)
-    })
+    });
+    super::exit_report::served();
+    r
 }
 
 macro_rules! launch_kernel {
@@ -250,10 +254,7 @@ macro_rules! launch_kernel {
                     )
                 }
             };
-            super::exit_report::serving(stringify!($name));
-            let r = guarded(run);
-            super::exit_report::served();
-            r
+            guarded(stringify!($name), run)
         }
     };
 }
@@ -288,10 +289,7 @@ macro_rules! launch_kernel_ex {
                     )
                 }
             };
-            super::exit_report::serving(stringify!($name));
-            let r = guarded(run);
-            super::exit_report::served();
-            r
+            guarded(stringify!($name), run)
         }
     };
 }
@@ -309,10 +307,7 @@ macro_rules! graph_launch {
             let run = |intercept: bool| unsafe {
                 launch::graph(real, $p, intercept, e as Handle, sp as Handle)
             };
-            super::exit_report::serving(stringify!($name));
-            let r = guarded(run);
-            super::exit_report::served();
-            r
+            guarded(stringify!($name), run)
         }
     };
 }

@@ -50,13 +50,18 @@ impl StreamQueue {
             std::thread::sleep(super::hal::poll_nap());
             self.xq.wait_launched();
         }
+        self.note_drained();
+        super::exit_report::done(started, site);
+    }
+
+    /// After the buffer was seen out: the mark goes, unless it holds something again.
+    fn note_drained(&self) {
         // Cleared before looking again: a command another thread buffers meanwhile (it marks
         // the queue after buffering) leaves the queue marked.
         self.held.store(false, Ordering::SeqCst);
         if self.xq.pending_len() > 0 {
             self.held.store(true, Ordering::SeqCst);
         }
-        super::exit_report::done(started, site);
     }
 
     /// Before the caller buffers more behind this queue's own buffer: lets that buffer go out
@@ -68,10 +73,7 @@ impl StreamQueue {
         }
         let started = super::exit_report::start(|| self.xq.pending_len() > 0);
         if self.xq.wait_launched_within(limit) {
-            self.held.store(false, Ordering::SeqCst);
-            if self.xq.pending_len() > 0 {
-                self.held.store(true, Ordering::SeqCst);
-            }
+            self.note_drained();
         }
         super::exit_report::done(started, std::panic::Location::caller());
     }
