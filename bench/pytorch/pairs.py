@@ -45,6 +45,11 @@ XP_MODES = ["xp_lv1", "xp_lv3", "xp_mps", "xp_pass"]
 GREEN_MODES = [f"mps_green{n}" for n in (8, 16, 32, 64, 96)]
 PRIORITY = {"high": 10, "medium": 5, "low": 0}
 ALONE_AFTER = "aloneafter"  # the training alone again, after the shared runs
+
+
+def alone_key(kind, mode):
+    """Where an alone run's result is kept: `train`, or `train_after` for ALONE_AFTER."""
+    return kind if mode == "alone" else f"{kind}_after"
 XP_RUN_ARGS = {"xp_lv1": ["--level", "1"], "xp_lv3": ["--level", "3"], "xp_mps": ["--level", "1"],
                "xp_pass": ["--pass-through"]}
 
@@ -365,10 +370,10 @@ def summarize(runs, alone):
     train_alone = alone.get("train")
     # The training alone is measured before and after the shared runs (the GPU's speed drifts by
     # a few per cent within a run); shared runs are normalized to the mean of the two.
-    solo = [window_rate(t, t["t_ready"], t["t_stop"]) for t in (train_alone, alone.get("train_after"))
-            if t and "step_end" in t]
-    solo = [r for r in solo if r]
-    train_ref = sum(solo) / len(solo) if solo else None
+    rates = [window_rate(t, t["t_ready"], t["t_stop"]) for t in (train_alone, alone.get("train_after"))
+             if t and "step_end" in t]
+    rates = [r for r in rates if r]
+    train_ref = sum(rates) / len(rates) if rates else None
     for r in runs:
         res = r["results"]
         m = res.get(r["measuring"], {})
@@ -532,7 +537,7 @@ def load_raw(raw):
     for (group, mode), results in sorted(by_key.items()):
         if mode in ("alone", ALONE_AFTER):
             for kind, res in results.items():
-                alone[kind if mode == "alone" else f"{kind}_after"] = res
+                alone[alone_key(kind, mode)] = res
                 alone_runs.append({"group": group, "mode": mode, "measuring": kind, "results": {kind: res}})
         else:
             runs.append({"group": group, "mode": mode, "measuring": GROUP_MEMBERS[group][0][1], "results": results,
@@ -555,8 +560,7 @@ def report(args, alone, alone_runs, runs, meta):
             capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
-    summary = {"meta": meta, "rows": rows, "alone": {r["measuring"] + ("_after" if r["mode"] == ALONE_AFTER else ""): strip(r["results"])
-                                            for r in alone_runs},
+    summary = {"meta": meta, "rows": rows, "alone": {alone_key(r["measuring"], r["mode"]): strip(r["results"]) for r in alone_runs},
                "runs": [{**{k: v for k, v in r.items() if k != "results"}, "results": strip(r["results"])}
                         for r in runs]}
     with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
@@ -614,7 +618,7 @@ def main():
         r = runner.run(group, mode, [(role, kind)])
         alone_runs.append(r)
         res = r["results"].get(kind, {})
-        alone[kind if mode == "alone" else f"{kind}_after"] = res
+        alone[alone_key(kind, mode)] = res
         if "rate_per_s" in res:
             runner.rates[kind] = res["rate_per_s"]
 
