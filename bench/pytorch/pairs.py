@@ -62,14 +62,13 @@ def base_mode(mode):
     `xp_mps+beclientnormal` runs the training at MPS client priority 0 (normal), where
     `xpreempt run` would put a priority-0 program below normal; `+midclientlow` runs the trio's
     medium process below normal too, so that its graph's blocks yield SMs to the high's;
-    `+besyncN`, `+bepollN`, `+beownwaitN` and `+befeed1` set the shim's XPREEMPT_SYNC_EVERY /
-    XPREEMPT_POLL_US / XPREEMPT_OWN_WAIT_US / XPREEMPT_FEED_ON_SUBMIT for the training."""
+    `+besyncN`, `+bepollN` and `+befeed0` set the shim's XPREEMPT_SYNC_EVERY /
+    XPREEMPT_POLL_US / XPREEMPT_FEED_ON_SUBMIT for the training."""
     return mode.split("+", 1)[0]
 
 
 # Variants that set one of the shim's environment knobs for the training: prefix -> variable.
-BE_ENV_VARIANTS = {"besync": "XPREEMPT_SYNC_EVERY", "bepoll": "XPREEMPT_POLL_US", "beownwait": "XPREEMPT_OWN_WAIT_US",
-                   "befeed": "XPREEMPT_FEED_ON_SUBMIT"}
+BE_ENV_VARIANTS = {"besync": "XPREEMPT_SYNC_EVERY", "bepoll": "XPREEMPT_POLL_US", "befeed": "XPREEMPT_FEED_ON_SUBMIT"}
 
 
 def be_env_variant(part):
@@ -94,7 +93,7 @@ def variant_args(mode, role="high"):
                     args += [flag, value]
                 break
         else:
-            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, besync<N>, bepoll<US>, beownwait<US>, befeed1, beclientnormal, midclientlow)")
+            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, besync<N>, bepoll<US>, befeed<0|1>, beclientnormal, midclientlow)")
     return args
 
 

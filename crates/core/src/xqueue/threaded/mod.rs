@@ -322,18 +322,9 @@ where
     /// necessarily completed): what a front end needs before it lets an operation that bypasses
     /// the queue reach the same hardware queue.
     pub fn wait_launched(&self) {
-        self.wait_launched_within(Duration::MAX);
-    }
-
-    /// [`wait_launched`](Self::wait_launched) for at most `limit`; whether the buffer is out.
-    pub fn wait_launched_within(&self, limit: Duration) -> bool {
         self.inner.pay_owed_wake();
-        let deadline = Instant::now().checked_add(limit);
         let mut q = self.inner.lock();
         while q.pending_len() > 0 {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return false;
-            }
             // The watcher notifies `progress` after every poll; the timeout covers a resume that
             // launched the pending buffer from another thread without a poll.
             q = self
@@ -343,7 +334,6 @@ where
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        true
     }
 }
 

@@ -25,11 +25,9 @@ pub struct Settings {
     /// `XPREEMPT_POLL_US`: how long the completion watcher naps between looks at a sync point
     /// (default 20). A tuning knob for measurements.
     pub poll_us: u64,
-    /// `XPREEMPT_OWN_WAIT_US`: how long a launch on the legacy stream waits for its own stream's
-    /// buffer to go out (default 10 000; 0: not at all). A tuning knob for measurements.
-    pub own_wait_us: u64,
-    /// `XPREEMPT_FEED_ON_SUBMIT=1`: before a submission to a backlogged stream, the application's
-    /// thread refills its window (`SharedXQueue::refill`). A tuning knob for measurements.
+    /// `XPREEMPT_FEED_ON_SUBMIT` (default on; `0` turns it off): before a submission to a
+    /// backlogged stream, the application's thread refills its window (`SharedXQueue::refill`)
+    /// instead of leaving that to the completion watcher alone. A knob for measurements.
     pub feed_on_submit: bool,
 }
 
@@ -40,8 +38,6 @@ const HIGH_WINDOW: u32 = 1024;
 /// The idle linger when `xpreempt run` does not set one.
 pub const DEFAULT_IDLE_LINGER_US: u64 = 0;
 const DEFAULT_POLL_US: u64 = 20;
-/// Why a wait, and why bounded: `streams::order_before`.
-const DEFAULT_OWN_WAIT_US: u64 = 10_000;
 
 impl Settings {
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> Self {
@@ -78,10 +74,8 @@ impl Settings {
                 .and_then(|v| v.trim().parse().ok())
                 .filter(|&us| us > 0)
                 .unwrap_or(DEFAULT_POLL_US),
-            feed_on_submit: flag("XPREEMPT_FEED_ON_SUBMIT"),
-            own_wait_us: get("XPREEMPT_OWN_WAIT_US")
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(DEFAULT_OWN_WAIT_US),
+            feed_on_submit: !get("XPREEMPT_FEED_ON_SUBMIT")
+                .is_some_and(|v| v.trim() == "0" || v.trim().eq_ignore_ascii_case("false")),
         }
     }
 
@@ -136,16 +130,9 @@ mod tests {
         assert_eq!(s.idle_linger_us, 300);
         let s = Settings::parse(env(&[("XPREEMPT_WINDOW", "2"), ("XPREEMPT_CHAOS", "x")]));
         assert_eq!((s.window(), s.chaos), ((2, 1), None));
-        assert_eq!(
-            (s.poll_us, s.own_wait_us),
-            (DEFAULT_POLL_US, DEFAULT_OWN_WAIT_US)
-        );
+        assert_eq!((s.poll_us, s.feed_on_submit), (DEFAULT_POLL_US, true));
+        let s = Settings::parse(env(&[("XPREEMPT_FEED_ON_SUBMIT", "0")]));
         assert!(!s.feed_on_submit);
-        let s = Settings::parse(env(&[
-            ("XPREEMPT_OWN_WAIT_US", "0"),
-            ("XPREEMPT_FEED_ON_SUBMIT", "1"),
-        ]));
-        assert_eq!((s.own_wait_us, s.feed_on_submit), (0, true));
         let s = Settings::parse(env(&[
             ("XPREEMPT_SYNC_EVERY", "1"),
             ("XPREEMPT_POLL_US", "5"),

@@ -50,32 +50,13 @@ impl StreamQueue {
             std::thread::sleep(super::hal::poll_nap());
             self.xq.wait_launched();
         }
-        self.note_drained();
-        super::exit_report::done(started, site);
-    }
-
-    /// After the buffer was seen out: the mark goes, unless it holds something again.
-    fn note_drained(&self) {
         // Cleared before looking again: a command another thread buffers meanwhile (it marks
         // the queue after buffering) leaves the queue marked.
         self.held.store(false, Ordering::SeqCst);
         if self.xq.pending_len() > 0 {
             self.held.store(true, Ordering::SeqCst);
         }
-    }
-
-    /// Before the caller buffers more behind this queue's own buffer: lets that buffer go out
-    /// first, but waits at most `limit` (its order needs no wait; see `order_before`).
-    #[track_caller]
-    fn throttle(&self, limit: std::time::Duration) {
-        if !self.held.load(Ordering::SeqCst) {
-            return;
-        }
-        let started = super::exit_report::start(|| self.xq.pending_len() > 0);
-        if self.xq.wait_launched_within(limit) {
-            self.note_drained();
-        }
-        super::exit_report::done(started, std::panic::Location::caller());
+        super::exit_report::done(started, site);
     }
 }
 
@@ -441,15 +422,10 @@ pub fn order_before(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
     match own {
         Some(q) if q.legacy => {
             let ctx = q.ctx;
+            // Not its own buffer: its queue keeps that order, and a wait for it cost a
+            // backlogged PyTorch training a fifth of its throughput (H100, window 16: 0.80 of
+            // native with the wait, 0.98 without; bench/results/2026-11-23-h100-session12.md).
             drain_where(|o| o.ctx == ctx && !o.non_blocking && !o.legacy);
-            // Its own buffer keeps its order without a wait, but a backlogged PyTorch training
-            // ran faster with one (H100, window 16: 0.89–0.92 of native, 0.79–0.82 without; why
-            // is not measured yet, `bench/results/2026-11-23-h100-session11.md`). Bounded, since
-            // a command ahead of the buffer may wait for what the application does after this.
-            let wait = settings().own_wait_us;
-            if wait > 0 {
-                q.throttle(std::time::Duration::from_micros(wait));
-            }
         }
         Some(q) if !q.non_blocking => {
             let ctx = q.ctx;

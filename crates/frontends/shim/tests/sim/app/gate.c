@@ -29,7 +29,7 @@ void gate_record(void) {
 }
 
 /* Not that limitation: a launch on the legacy stream behind buffered commands of its own
- * stream waits for them only a while (tests/pending/order.rs). */
+ * stream does not wait for them (tests/pending/order.rs). */
 void gate_own_legacy(void) {
     K(0, 1, 0, F_GATE, 0);
     K(0, 2, 0, 0, 0);
