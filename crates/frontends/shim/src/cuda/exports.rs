@@ -6,6 +6,7 @@
 
 use super::driver::{CUresult, ERROR_NOT_INITIALIZED, ERROR_NOT_READY, Handle, SUCCESS};
 use super::launch;
+use super::priority;
 use super::real::Real;
 use super::streams::{self, CAPTURES};
 use std::ffi::c_void;
@@ -60,7 +61,8 @@ macro_rules! forward {
         forward!(@wrap $name($($a),*) before streams::before_direct($s as Handle, $p), after ());
     };
     ($name:ident($($a:ident),*) teardown) => {
-        forward!(@wrap $name($($a),*) before streams::forget_all(), after launch::forget_layouts());
+        forward!(@wrap $name($($a),*) before { streams::forget_all(); priority::forget_all() },
+            after launch::forget_layouts());
     };
     ($name:ident($($a:ident),*) unload) => {
         forward!(@wrap $name($($a),*) before streams::drain_all(), after launch::forget_layouts());
@@ -468,27 +470,12 @@ macro_rules! end_capture {
 end_capture!(cuStreamEndCapture);
 end_capture!(cuStreamEndCapture_ptsz);
 
-// ---- stream creation: a high logical priority also gets the GPU's highest stream priority ----
-
-/// The stream priority for a stream the application asked `requested` for: the greatest the
-/// device offers when the process runs at a logical priority above 0 (under MPS this orders
-/// its blocks before other processes'), else the application's own.
-fn stream_priority(requested: i32) -> i32 {
-    let s = super::settings::settings();
-    if !streams::enabled() || s.priority <= 0 {
-        return requested;
-    }
-    let (mut least, mut greatest) = (0i32, 0i32);
-    if super::driver::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) != SUCCESS {
-        return requested;
-    }
-    greatest
-}
+// ---- stream creation: a logical priority above 0 also gets a stream priority (priority.rs) ----
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamCreate(ph: usize, flags: usize) -> CUresult {
     let real = real!(cuStreamCreate);
-    if std::panic::catch_unwind(|| stream_priority(0)).unwrap_or(0) != 0 {
+    if std::panic::catch_unwind(|| priority::stream_priority(0)).unwrap_or(0) != 0 {
         // SAFETY: the application's arguments, forwarded with a priority.
         return unsafe { cuStreamCreateWithPriority(ph, flags as u32, 0) };
     }
@@ -502,7 +489,8 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
     priority: i32,
 ) -> CUresult {
     let real = real!(cuStreamCreateWithPriority);
-    let priority = std::panic::catch_unwind(|| stream_priority(priority)).unwrap_or(priority);
+    let priority =
+        std::panic::catch_unwind(|| priority::stream_priority(priority)).unwrap_or(priority);
     let addr = real.addr();
     if addr == 0 {
         return ERROR_NOT_INITIALIZED;

@@ -539,6 +539,16 @@ pub unsafe fn graph(
         return observed(stream, ptsz, unsafe { real_fn(exec, stream) });
     };
     let (exec, stream) = (exec as usize, stream as usize);
+    if q.legacy {
+        let ctx = q.ctx;
+        // SAFETY (inside): forwarding the launch as made, possibly to another stream of the
+        // same context, which may launch any graph of it.
+        return submit(&q, move || {
+            super::priority::launch_graph(ctx, stream as Handle, |s| unsafe {
+                real_fn(exec as Handle, s)
+            })
+        });
+    }
     // SAFETY (inside): forwarding the launch as made.
     submit(&q, move || unsafe {
         real_fn(exec as Handle, stream as Handle)

@@ -7,6 +7,7 @@
 //! - [`streams`]: a stream's queue, and the ordering rules every other call follows;
 //! - [`observe`]: pass-through mode, where queues only observe; [`lv2`]: guard-built kernels
 //!   stopped by a flag and relaunched ([`guard`] recognizes them); [`lv3`]: the process's timeslice;
+//! - [`priority`]: the stream priority of the process's work, graphs on the legacy stream included;
 //! - [`settings`], [`chaos`]: what `xpreempt run` asks for; random suspensions for testing.
 //! - [`fork_gate`]: the shim's own threads stay out of libcuda while the application forks.
 
@@ -21,6 +22,7 @@ mod launch;
 mod lv2;
 mod lv3;
 mod observe;
+mod priority;
 pub mod real;
 mod resolve;
 pub mod settings;

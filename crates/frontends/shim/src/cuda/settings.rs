@@ -29,6 +29,9 @@ pub struct Settings {
     /// backlogged stream, the application's thread refills its window (`SharedXQueue::refill`)
     /// instead of leaving that to the completion watcher alone. A knob for measurements.
     pub feed_on_submit: bool,
+    /// `XPREEMPT_GRAPH_PROXY` (default on; `0` turns it off): a process above priority 0 runs
+    /// the graphs it launches on the legacy stream on a stream of its priority (`priority.rs`).
+    pub graph_proxy: bool,
 }
 
 /// The window of a queue that is not the process's own choice: the highest queues run
@@ -42,6 +45,9 @@ const DEFAULT_POLL_US: u64 = 20;
 impl Settings {
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> Self {
         let flag = |k: &str| get(k).is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let off = |k: &str| {
+            get(k).is_some_and(|v| v.trim() == "0" || v.trim().eq_ignore_ascii_case("false"))
+        };
         let level = match get("XPREEMPT_LEVEL").as_deref().map(str::trim) {
             Some("2") => Level::Lv2,
             Some("3") => Level::Lv3,
@@ -74,8 +80,8 @@ impl Settings {
                 .and_then(|v| v.trim().parse().ok())
                 .filter(|&us| us > 0)
                 .unwrap_or(DEFAULT_POLL_US),
-            feed_on_submit: !get("XPREEMPT_FEED_ON_SUBMIT")
-                .is_some_and(|v| v.trim() == "0" || v.trim().eq_ignore_ascii_case("false")),
+            feed_on_submit: !off("XPREEMPT_FEED_ON_SUBMIT"),
+            graph_proxy: !off("XPREEMPT_GRAPH_PROXY"),
         }
     }
 
@@ -130,9 +136,15 @@ mod tests {
         assert_eq!(s.idle_linger_us, 300);
         let s = Settings::parse(env(&[("XPREEMPT_WINDOW", "2"), ("XPREEMPT_CHAOS", "x")]));
         assert_eq!((s.window(), s.chaos), ((2, 1), None));
-        assert_eq!((s.poll_us, s.feed_on_submit), (DEFAULT_POLL_US, true));
-        let s = Settings::parse(env(&[("XPREEMPT_FEED_ON_SUBMIT", "0")]));
-        assert!(!s.feed_on_submit);
+        assert_eq!(
+            (s.poll_us, s.feed_on_submit, s.graph_proxy),
+            (DEFAULT_POLL_US, true, true)
+        );
+        let s = Settings::parse(env(&[
+            ("XPREEMPT_FEED_ON_SUBMIT", "0"),
+            ("XPREEMPT_GRAPH_PROXY", "false"),
+        ]));
+        assert!(!s.feed_on_submit && !s.graph_proxy);
         let s = Settings::parse(env(&[
             ("XPREEMPT_SYNC_EVERY", "1"),
             ("XPREEMPT_POLL_US", "5"),

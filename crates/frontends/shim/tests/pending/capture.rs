@@ -2,7 +2,7 @@
 //! pass straight through, a graph launch is one command, and other streams' work during a capture
 //! does not break it.
 
-use crate::harness::everywhere;
+use crate::harness::{Outcome, at_priority, chaos, defaults, everywhere, run, window1};
 
 #[test]
 fn a_capture_begins_after_buffered_work_and_a_graph_launch_is_one_command() {
@@ -49,4 +49,39 @@ fn work_on_other_streams_during_a_capture_does_not_break_it() {
             o.log.assert_ran((0..8).map(|j| 1000 * m + 500 + j));
         }
     });
+}
+
+fn graph_in_legacy_order(o: &Outcome) {
+    o.log.assert_in_order(&[1, 2, 10, 11, 3]);
+    o.log.assert_before(11, 4);
+}
+
+/// A graph launched on the legacy stream keeps that stream's order in every mode. A process above
+/// priority 0 runs it at its own stream priority (the simulated device's range is 0 to -5: -3 at
+/// priority 5, -5 at 10), buffered and under random suspensions too, while the legacy stream's
+/// kernels stay at the legacy stream's priority; `XPREEMPT_GRAPH_PROXY=0` leaves it there.
+#[test]
+fn a_graph_on_the_legacy_stream_keeps_its_order_and_runs_at_the_process_priority() {
+    everywhere("graph-legacy", |o| {
+        graph_in_legacy_order(o);
+        assert_eq!(o.log.kernel(10).prio, 0, "{}", o.label);
+    });
+    for (priority, want) in [(5, -3), (10, -5)] {
+        for config in [defaults(), window1(), chaos(5)] {
+            let o = run("graph-legacy", &at_priority(config, priority));
+            graph_in_legacy_order(&o);
+            let prio = |id| o.log.kernel(id).prio;
+            assert_eq!(
+                [prio(10), prio(11), prio(1), prio(2), prio(3)],
+                [want, want, want, 0, 0],
+                "{}",
+                o.label
+            );
+        }
+    }
+    let mut off = at_priority(defaults(), 10);
+    off.env.push(("XPREEMPT_GRAPH_PROXY".into(), "0".into()));
+    let o = run("graph-legacy", &off);
+    graph_in_legacy_order(&o);
+    assert_eq!(o.log.kernel(10).prio, 0);
 }

@@ -181,6 +181,13 @@ pub fn lv2(mut c: Config) -> Config {
     c
 }
 
+/// The same at logical priority `p` (`XPREEMPT_PRIORITY`).
+pub fn at_priority(mut c: Config, p: i32) -> Config {
+    c.name = format!("{}-p{p}", c.name);
+    c.env.push(("XPREEMPT_PRIORITY".into(), p.to_string()));
+    c
+}
+
 /// Names every run's files uniquely within the test binary.
 fn tag(scenario: &str, config: &Config) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -393,6 +400,8 @@ pub fn everywhere(scenario: &str, check: impl Fn(&Outcome)) {
 pub struct Done {
     pub kind: char,
     pub id: i64,
+    /// The priority of the stream it ran on.
+    pub prio: i64,
     pub start: u64,
     pub end: u64,
     pub graph: u64,
@@ -443,6 +452,7 @@ impl Log {
             let d = Done {
                 kind: field(l, "kind").unwrap().chars().next().unwrap(),
                 id: field(l, "id").unwrap().parse().unwrap(),
+                prio: field(l, "prio").unwrap().parse().unwrap(),
                 start: num("start"),
                 end: num("end"),
                 graph: num("graph"),
@@ -474,6 +484,7 @@ impl Log {
                 kernels.entry(*id).or_default().push(Done {
                     kind: 'K',
                     id: *id,
+                    prio: 0,
                     start,
                     end,
                     graph: 0,

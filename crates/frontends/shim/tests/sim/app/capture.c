@@ -76,3 +76,23 @@ void capture_beside_work(void) {
         EXPECT(cu.runs(base + 200) == 1, "the captured kernel ran %ld times", cu.runs(base + 200));
     }
 }
+
+/* A graph launched on the legacy default stream keeps that stream's order both ways: it follows
+ * kernel 2 (and so kernel 1 on a blocking stream), and kernel 3 on the legacy stream and kernel 4
+ * on the blocking stream follow it. (Under the shim at a priority above 0 it runs on a stream of
+ * the process's priority: the test reads the priority in the driver's log.) */
+void graph_legacy(void) {
+    CUstream a = new_stream(0), c = new_stream(0);
+    void *g, *exec;
+    CHECK(cu.StreamBeginCapture(c, MODE_THREAD_LOCAL));
+    K(c, 10, 300, 0, 0);
+    K(c, 11, 300, 0, 0);
+    CHECK(cu.StreamEndCapture(c, &g));
+    CHECK(cu.GraphInstantiate(&exec, g, 0));
+    K(a, 1, 500, 0, 0);
+    K(0, 2, 300, 0, 0);
+    CHECK(cu.GraphLaunch(exec, 0));
+    K(0, 3, 100, 0, 0);
+    K(a, 4, 100, 0, 0);
+    CHECK(cu.CtxSynchronize());
+}

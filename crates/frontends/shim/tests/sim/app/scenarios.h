@@ -19,6 +19,7 @@
     X("runtime-reset", runtime_reset)                                                              \
     X("capture", capture)                                                                          \
     X("capture-beside-work", capture_beside_work)                                                  \
+    X("graph-legacy", graph_legacy)                                                                \
     X("stream-destroy", stream_destroy)                                                            \
     X("exit-pending", exit_pending)                                                                \
     X("fork-child", fork_child)                                                                    \

@@ -117,12 +117,13 @@ static void finish(struct cmd *c) {
     s->head = c->next;
     if (!s->head) s->tail = NULL;
     if (c->guard)
-        sim_log("done n=%ld stream=%d kind=%c id=%ld start=%ld end=%ld graph=%ld guard=%d epoch=%u stopped=%d ran=%ld",
-                c->n, s->id, "KCSRWH"[c->kind], c->id, c->start, c->end, c->graph, c->gflag != 0, c->epoch,
-                c->stopped, c->ran);
+        sim_log("done n=%ld stream=%d prio=%d kind=%c id=%ld start=%ld end=%ld graph=%ld guard=%d epoch=%u "
+                "stopped=%d ran=%ld",
+                c->n, s->id, s->priority, "KCSRWH"[c->kind], c->id, c->start, c->end, c->graph, c->gflag != 0,
+                c->epoch, c->stopped, c->ran);
     else
-        sim_log("done n=%ld stream=%d kind=%c id=%ld start=%ld end=%ld graph=%ld", c->n, s->id,
-                "KCSRWH"[c->kind], c->id, c->start, c->end, c->graph);
+        sim_log("done n=%ld stream=%d prio=%d kind=%c id=%ld start=%ld end=%ld graph=%ld", c->n, s->id,
+                s->priority, "KCSRWH"[c->kind], c->id, c->start, c->end, c->graph);
 }
 
 /* A device word the kernel reads or writes (NULL, and logged, when the memory is not live). */
