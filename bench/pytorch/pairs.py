@@ -62,7 +62,8 @@ def base_mode(mode):
     `xp_mps+beclientnormal` runs the training at MPS client priority 0 (normal), where
     `xpreempt run` would put a priority-0 program below normal; `+midclientlow` runs the trio's
     medium process below normal too, so that its graph's blocks yield SMs to the high's;
-    `+graphproxy0` keeps every process's CUDA graphs on the legacy stream (XPREEMPT_GRAPH_PROXY=0);
+    `+graphproxy1` runs the CUDA graphs that processes above priority 0 launch on the legacy stream
+    at their stream priority (XPREEMPT_GRAPH_PROXY=1);
     `+besyncN`, `+bepollN` and `+befeed0` set the shim's XPREEMPT_SYNC_EVERY /
     XPREEMPT_POLL_US / XPREEMPT_FEED_ON_SUBMIT for the training."""
     return mode.split("+", 1)[0]
@@ -84,7 +85,7 @@ def be_env_variant(part):
 def variant_args(mode, role="high"):
     args = []
     for part in mode.split("+")[1:]:
-        if part in ("beclientnormal", "midclientlow", "graphproxy0") or be_env_variant(part):
+        if part in ("beclientnormal", "midclientlow", "graphproxy1") or be_env_variant(part):
             continue  # an environment setting: Env.process_env
         for prefix, flag, roles in (("linger", "--idle-linger-us", None), ("bewindow", "--window", ["low"]),
                                     ("midwindow", "--window", ["medium"])):
@@ -94,7 +95,7 @@ def variant_args(mode, role="high"):
                     args += [flag, value]
                 break
         else:
-            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, besync<N>, bepoll<US>, befeed<0|1>, beclientnormal, midclientlow, graphproxy0)")
+            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, besync<N>, bepoll<US>, befeed<0|1>, beclientnormal, midclientlow, graphproxy1)")
     return args
 
 
@@ -189,8 +190,8 @@ class Env:
                 env[var] = value
         if "midclientlow" in variants and role == "medium":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
-        if "graphproxy0" in variants:
-            env["XPREEMPT_GRAPH_PROXY"] = "0"
+        if "graphproxy1" in variants:
+            env["XPREEMPT_GRAPH_PROXY"] = "1"
         if self.mode == "mps_prio" and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"  # below normal; the others stay at 0 (normal)
         if self.mode == "mps70" and role == "low":

@@ -135,7 +135,10 @@ fn launches_go_through_the_queues_in_order_with_their_own_arguments() {
                 ("XPREEMPT_INTERCEPT", "1"),
                 ("XPREEMPT_CHAOS", &format!("{seed}:50")),
                 ("XPREEMPT_WINDOW", "2"),
-                ("XPREEMPT_FEED_ON_SUBMIT", if seed % 2 == 1 { "0" } else { "1" }),
+                (
+                    "XPREEMPT_FEED_ON_SUBMIT",
+                    if seed % 2 == 1 { "0" } else { "1" },
+                ),
             ],
         );
         assert_eq!(r.printed, 50);

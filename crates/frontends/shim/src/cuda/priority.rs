@@ -2,8 +2,9 @@
 //! different processes (`../shared/measurements/2026-11-22-hopper-mps-sharing.md`), so a process
 //! above logical priority 0 creates its streams at a stream priority that grows with its logical
 //! one. The legacy default stream, where PyTorch works unless told otherwise, has the lowest
-//! priority and cannot get another: a CUDA graph launched there runs instead on a private stream
-//! of the process's priority, between two events that keep the legacy stream's order.
+//! priority and cannot get another: with `XPREEMPT_GRAPH_PROXY=1` a CUDA graph launched there runs
+//! instead on a private stream of the process's priority, between two events that keep the legacy
+//! stream's order (not yet measured on a GPU, so off by default).
 
 use super::driver::{self, CtxGuard, Handle, STREAM_NON_BLOCKING, SUCCESS};
 use super::settings::settings;

@@ -29,8 +29,8 @@ pub struct Settings {
     /// backlogged stream, the application's thread refills its window (`SharedXQueue::refill`)
     /// instead of leaving that to the completion watcher alone. A knob for measurements.
     pub feed_on_submit: bool,
-    /// `XPREEMPT_GRAPH_PROXY` (default on; `0` turns it off): a process above priority 0 runs
-    /// the graphs it launches on the legacy stream on a stream of its priority (`priority.rs`).
+    /// `XPREEMPT_GRAPH_PROXY=1`: a process above priority 0 runs the graphs it launches on the
+    /// legacy stream on a stream of its priority (`priority.rs`). Off until measured on a GPU.
     pub graph_proxy: bool,
 }
 
@@ -81,7 +81,7 @@ impl Settings {
                 .filter(|&us| us > 0)
                 .unwrap_or(DEFAULT_POLL_US),
             feed_on_submit: !off("XPREEMPT_FEED_ON_SUBMIT"),
-            graph_proxy: !off("XPREEMPT_GRAPH_PROXY"),
+            graph_proxy: flag("XPREEMPT_GRAPH_PROXY"),
         }
     }
 
@@ -138,13 +138,13 @@ mod tests {
         assert_eq!((s.window(), s.chaos), ((2, 1), None));
         assert_eq!(
             (s.poll_us, s.feed_on_submit, s.graph_proxy),
-            (DEFAULT_POLL_US, true, true)
+            (DEFAULT_POLL_US, true, false)
         );
         let s = Settings::parse(env(&[
             ("XPREEMPT_FEED_ON_SUBMIT", "0"),
-            ("XPREEMPT_GRAPH_PROXY", "false"),
+            ("XPREEMPT_GRAPH_PROXY", "1"),
         ]));
-        assert!(!s.feed_on_submit && !s.graph_proxy);
+        assert!(!s.feed_on_submit && s.graph_proxy);
         let s = Settings::parse(env(&[
             ("XPREEMPT_SYNC_EVERY", "1"),
             ("XPREEMPT_POLL_US", "5"),

@@ -56,10 +56,11 @@ fn graph_in_legacy_order(o: &Outcome) {
     o.log.assert_before(11, 4);
 }
 
-/// A graph launched on the legacy stream keeps that stream's order in every mode. A process above
-/// priority 0 runs it at its own stream priority (the simulated device's range is 0 to -5: -3 at
-/// priority 5, -5 at 10), buffered and under random suspensions too, while the legacy stream's
-/// kernels stay at the legacy stream's priority; `XPREEMPT_GRAPH_PROXY=0` leaves it there.
+/// A graph launched on the legacy stream keeps that stream's order in every mode. With
+/// `XPREEMPT_GRAPH_PROXY=1` a process above priority 0 runs it at its own stream priority (the
+/// simulated device's range is 0 to -5: -3 at priority 5, -5 at 10), buffered and under random
+/// suspensions too, while the legacy stream's kernels stay at the legacy stream's priority;
+/// without it the graph stays there.
 #[test]
 fn a_graph_on_the_legacy_stream_keeps_its_order_and_runs_at_the_process_priority() {
     everywhere("graph-legacy", |o| {
@@ -67,7 +68,8 @@ fn a_graph_on_the_legacy_stream_keeps_its_order_and_runs_at_the_process_priority
         assert_eq!(o.log.kernel(10).prio, 0, "{}", o.label);
     });
     for (priority, want) in [(5, -3), (10, -5)] {
-        for config in [defaults(), window1(), chaos(5)] {
+        for mut config in [defaults(), window1(), chaos(5)] {
+            config.env.push(("XPREEMPT_GRAPH_PROXY".into(), "1".into()));
             let o = run("graph-legacy", &at_priority(config, priority));
             graph_in_legacy_order(&o);
             let prio = |id| o.log.kernel(id).prio;
@@ -79,9 +81,12 @@ fn a_graph_on_the_legacy_stream_keeps_its_order_and_runs_at_the_process_priority
             );
         }
     }
-    let mut off = at_priority(defaults(), 10);
-    off.env.push(("XPREEMPT_GRAPH_PROXY".into(), "0".into()));
-    let o = run("graph-legacy", &off);
+    let o = run("graph-legacy", &at_priority(defaults(), 10));
     graph_in_legacy_order(&o);
     assert_eq!(o.log.kernel(10).prio, 0);
+    assert_eq!(
+        o.log.kernel(1).prio,
+        -5,
+        "created streams get the priority anyway"
+    );
 }
