@@ -1,22 +1,29 @@
 #!/bin/bash
 # One device run of the CUDA-application harnesses. Steps (STEPS, default "cuda-apps quick"):
 #   cuda-apps  build and run tests/cuda-apps (natively twice; under the shim too when
-#              XPREEMPT_BIN / XPREEMPT_SHIM are set; see tests/cuda-apps/run.sh)
-#   quick      bench/pytorch/pairs.py --quick   (~2 min)
-#   full       bench/pytorch/pairs.py           (~8 min; PAIRS_ARGS adds arguments)
+#              XPREEMPT_BIN / XPREEMPT_SHIM are set; see tests/cuda-apps/run.sh), at most
+#              CUDA_APPS_TIMEOUT seconds (default 400)
+#   quick      bench/pytorch/pairs.py --quick $PAIRS_ARGS   (~2 min)
+#   full       bench/pytorch/pairs.py $PAIRS_ARGS           (~8 min without PAIRS_ARGS)
+#              each at most PAIRS_TIMEOUT seconds (default 560), so that what ran comes back
+# Every step starts from an empty results folder (a warm machine keeps /tmp between calls).
 # Writes at most 8 files to $OUT: log.txt, cuda-apps.{json,txt}, cuda-apps-logs.tgz,
 # pairs-<step>.{json,md}, the first CDF plot, pairs-<step>.tgz (summary, all plots, raw/).
 #
-# From a checkout without a GPU, with the device tool: copy tests/cuda-apps and bench/pytorch
-# (and the xpreempt binaries, if any) into an ignored folder of the checkout that travels, e.g.
-#   mkdir -p .carry-x/tests .carry-x/bench && cp -r tests/cuda-apps .carry-x/tests/ && cp -r bench/pytorch .carry-x/bench/
-# and run `bash .carry-x/bench/pytorch/device-run.sh` there with carry [".carry-x"].
+# From a checkout without a GPU, with the device tool (the checkout travels; build outputs do
+# not): put the stripped release binaries in the ignored .carry/ and run, with carry [".carry"],
+#   XPREEMPT_BIN=$PWD/.carry/xpreempt STEPS=full PAIRS_ARGS="--groups pair --duration 10 --modes xp_lv1,xp_mps" \
+#     bash bench/pytorch/device-run.sh
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-/tmp/device-run-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 STEPS=${STEPS:-cuda-apps quick}
+export XPREEMPT_LOG=${XPREEMPT_LOG:-warn}
+# NVRTC (xpreempt's own kernels) is not on the loader's path everywhere.
+NV=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libnvrtc.so*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$NV:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 FAILED=""
 date -u
 nvidia-smi --query-gpu=name,driver_version,compute_mode,memory.total --format=csv
@@ -28,18 +35,22 @@ for step in $STEPS; do
   echo "=== $step ($(date -u +%H:%M:%S))"
   case $step in
     cuda-apps)
-      RESULTS=/tmp/cuda-apps-results bash "$ROOT/tests/cuda-apps/run.sh" /tmp/cuda-apps-build \
-        || FAILED="$FAILED cuda-apps"
+      rm -rf /tmp/cuda-apps-results
+      TIMEOUT=${TIMEOUT:-40} RESULTS=/tmp/cuda-apps-results timeout "${CUDA_APPS_TIMEOUT:-400}" \
+        bash "$ROOT/tests/cuda-apps/run.sh" /tmp/cuda-apps-build || FAILED="$FAILED cuda-apps"
+      tail -20 /tmp/cuda-apps-results/summary.txt
       cp /tmp/cuda-apps-results/summary.json "$OUT/cuda-apps.json"
       cp /tmp/cuda-apps-results/summary.txt "$OUT/cuda-apps.txt"
       tar czf "$OUT/cuda-apps-logs.tgz" -C /tmp/cuda-apps-results logs ;;
     quick | full)
       dir=/tmp/pairs-$step
+      rm -rf "$dir"
       args=(--out-dir "$dir")
       [ "$step" = quick ] && args+=(--quick)
       # shellcheck disable=SC2206
       args+=(${PAIRS_ARGS:-})
-      (cd "$ROOT/bench/pytorch" && python3 pairs.py "${args[@]}") || FAILED="$FAILED $step"
+      (cd "$ROOT/bench/pytorch" && timeout "${PAIRS_TIMEOUT:-560}" python3 pairs.py "${args[@]}") \
+        || FAILED="$FAILED $step"
       cp "$dir/summary.json" "$OUT/pairs-$step.json"
       cp "$dir/summary.md" "$OUT/pairs-$step.md"
       png=$(ls "$dir"/cdf-*.png 2>/dev/null | head -1)
