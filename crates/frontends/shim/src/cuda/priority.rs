@@ -139,6 +139,11 @@ pub fn launch_graph(
 /// Before a context goes away (and so all queues): the proxy streams and their events go while
 /// their contexts still exist.
 pub fn forget_all() {
+    // Not in a forked child (it passes everything through): the map's lock may have been held
+    // by another thread of the parent at the fork.
+    if !super::streams::enabled() {
+        return;
+    }
     let gone: Vec<Proxy> = proxies().drain().filter_map(|(_, p)| p).collect();
     for p in gone {
         let _ctx = CtxGuard::enter(p.ctx as Handle);
