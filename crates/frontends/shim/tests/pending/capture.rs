@@ -90,3 +90,25 @@ fn a_graph_on_the_legacy_stream_keeps_its_order_and_runs_at_the_process_priority
         "created streams get the priority anyway"
     );
 }
+
+/// The graph proxy and a context reset: the first context's private stream and events go before
+/// the context does (the simulated driver reports a use of a destroyed stream as a violation),
+/// and the new context's graph gets a private stream of its own.
+#[test]
+fn a_reset_context_takes_its_graph_proxy_along() {
+    let check = |o: &Outcome, want: i64| {
+        o.log.assert_in_order(&[1, 10, 11, 2, 3, 12, 13, 4]);
+        let prio = |id| o.log.kernel(id).prio;
+        assert_eq!(
+            [prio(10), prio(12), prio(2)],
+            [want, want, 0],
+            "{}",
+            o.label
+        );
+    };
+    check(&run("graph-legacy-reset", &crate::harness::native()), 0);
+    for mut config in [defaults(), window1(), chaos(6)] {
+        config.env.push(("XPREEMPT_GRAPH_PROXY".into(), "1".into()));
+        check(&run("graph-legacy-reset", &at_priority(config, 10)), -5);
+    }
+}

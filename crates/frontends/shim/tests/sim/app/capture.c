@@ -77,22 +77,50 @@ void capture_beside_work(void) {
     }
 }
 
-/* A graph launched on the legacy default stream keeps that stream's order both ways: it follows
- * kernel 2 (and so kernel 1 on a blocking stream), and kernel 3 on the legacy stream and kernel 4
- * on the blocking stream follow it. (Under the shim at a priority above 0 it runs on a stream of
- * the process's priority: the test reads the priority in the driver's log.) */
-void graph_legacy(void) {
-    CUstream a = new_stream(0), c = new_stream(0);
+/* A graph of kernels `first` and `first + 1` (300 us each), captured on a stream of its own. */
+static void *two_kernel_graph(long first) {
+    CUstream c = new_stream(0);
     void *g, *exec;
     CHECK(cu.StreamBeginCapture(c, MODE_THREAD_LOCAL));
-    K(c, 10, 300, 0, 0);
-    K(c, 11, 300, 0, 0);
+    K(c, first, 300, 0, 0);
+    K(c, first + 1, 300, 0, 0);
     CHECK(cu.StreamEndCapture(c, &g));
     CHECK(cu.GraphInstantiate(&exec, g, 0));
+    return exec;
+}
+
+/* A graph launched on the legacy default stream keeps that stream's order both ways: it follows
+ * kernel 2 (and so kernel 1 on a blocking stream), and kernel 3 on the legacy stream and kernel 4
+ * on the blocking stream follow it. (Under the shim at a priority above 0 it may run on a stream
+ * of the process's priority: the test reads the priority in the driver's log.) */
+void graph_legacy(void) {
+    CUstream a = new_stream(0);
+    void *exec = two_kernel_graph(10);
     K(a, 1, 500, 0, 0);
     K(0, 2, 300, 0, 0);
     CHECK(cu.GraphLaunch(exec, 0));
     K(0, 3, 100, 0, 0);
     K(a, 4, 100, 0, 0);
+    CHECK(cu.CtxSynchronize());
+}
+
+/* The same before and after the primary context is reset: whatever the shim made in the first
+ * context for its graphs goes before that context does, and the new context's graph keeps its
+ * legacy stream's order too. */
+void graph_legacy_reset(void) {
+    void *exec = two_kernel_graph(10);
+    K(0, 1, 300, 0, 0);
+    CHECK(cu.GraphLaunch(exec, 0));
+    K(0, 2, 100, 0, 0);
+    CHECK(cu.DevicePrimaryCtxReset(0));
+    CHECK(cu.DevicePrimaryCtxRetain(&primary, 0));
+    CHECK(cu.CtxSetCurrent(primary));
+    CUmodule m;
+    CHECK(cu.ModuleLoadData(&m, "image"));
+    CHECK(cu.ModuleGetFunction(&kern, m, "kernel"));
+    exec = two_kernel_graph(12);
+    K(0, 3, 300, 0, 0);
+    CHECK(cu.GraphLaunch(exec, 0));
+    K(0, 4, 100, 0, 0);
     CHECK(cu.CtxSynchronize());
 }

@@ -20,6 +20,7 @@
     X("capture", capture)                                                                          \
     X("capture-beside-work", capture_beside_work)                                                  \
     X("graph-legacy", graph_legacy)                                                                \
+    X("graph-legacy-reset", graph_legacy_reset)                                                    \
     X("stream-destroy", stream_destroy)                                                            \
     X("exit-pending", exit_pending)                                                                \
     X("fork-child", fork_child)                                                                    \
