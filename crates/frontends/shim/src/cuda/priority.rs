@@ -1,5 +1,6 @@
 //! The hardware priority of the process's work. Under MPS, stream priorities order the blocks of
-//! different processes (`../shared/measurements/2026-11-22-hopper-mps-sharing.md`), so a process
+//! different processes (they reach across MPS clients, `crates/backends/cuda/README.md`; running
+//! blocks are not preempted, waiting ones of a higher stream go first), so a process
 //! above logical priority 0 creates its streams at a stream priority that grows with its logical
 //! one. The legacy default stream, where PyTorch works unless told otherwise, has the lowest
 //! priority and cannot get another: with `XPREEMPT_GRAPH_PROXY=1` a CUDA graph launched there runs
