@@ -2,7 +2,8 @@
 // not part of the graph; captured work does not execute until the graph is launched; a graph
 // captured across streams (fork/join with events) in global and thread-local modes; graphs
 // instantiated and relaunched many times, behind long work and on different streams; capture
-// from several threads at once (thread-local mode); an explicitly built graph; cudaGraphUpload.
+// from several threads at once (thread-local mode); an explicitly built graph; cudaGraphUpload; a
+// graph replayed on the legacy default stream between kernels of a blocking stream.
 #include "common.h"
 
 #include <thread>
@@ -200,6 +201,43 @@ int main() {
     g_digest.add_vec(results[t]);
   }
   check(ok, "threaded_thread_local_capture");
+
+  // 7. A graph replayed on the legacy default stream, as PyTorch replays its graphs, alternating
+  //    with kernels on a blocking stream: each launch follows the blocking stream's work before it
+  //    and the blocking stream's next kernel follows the launch (the legacy stream's implicit
+  //    synchronization), so the doubling and the graph's +3 alternate in order. (Under the shim
+  //    above priority 0 with XPREEMPT_GRAPH_PROXY=1 the graph runs on a private stream between
+  //    two events.)
+  {
+    cudaStream_t blocking;
+    CK(cudaStreamCreate(&blocking));
+    int *lb, *lc;
+    CK(cudaMalloc(&lb, N * sizeof(int)));
+    CK(cudaMalloc(&lc, 2 * sizeof(int)));
+    CK(cudaMemset(lc, 0, 2 * sizeof(int)));
+    cudaGraphExec_t lg = capture_chain(s, cudaStreamCaptureModeGlobal, lb, lc);
+    iota<<<blocks_for(N), 256, 0, blocking>>>(lb, N, 1, 0);
+    const int L = 10;
+    int add = 0;
+    for (int k = 0; k < L; k++) {
+      spin(blocking, 0.2);
+      affine<<<blocks_for(N), 256, 0, blocking>>>(lb, lb, N, 2, 1);
+      CK(cudaGraphLaunch(lg, 0));
+      add = 2 * add + 1 + 3;
+    }
+    add_all<<<blocks_for(N), 256, 0, blocking>>>(lb, N, 5);
+    CK(cudaStreamSynchronize(blocking));
+    int lcount = 0;
+    CK(cudaMemcpy(&lcount, lc, sizeof(int), cudaMemcpyDeviceToHost));
+    check(lcount == L, "graph_on_legacy_stream_count", "counter %d", lcount);
+    v = to_host(lb, N);
+    expect_affine(v, 1 << L, add + 5, "graph_on_legacy_stream_in_order");
+    g_digest.add_vec(v);
+    CK(cudaGraphExecDestroy(lg));
+    CK(cudaStreamDestroy(blocking));
+    CK(cudaFree(lb));
+    CK(cudaFree(lc));
+  }
   CK(cudaGraphExecDestroy(ge));
   return finish();
 }
