@@ -113,11 +113,7 @@ void graph_legacy_reset(void) {
     CHECK(cu.GraphLaunch(exec, 0));
     K(0, 2, 100, 0, 0);
     CHECK(cu.DevicePrimaryCtxReset(0));
-    CHECK(cu.DevicePrimaryCtxRetain(&primary, 0));
-    CHECK(cu.CtxSetCurrent(primary));
-    CUmodule m;
-    CHECK(cu.ModuleLoadData(&m, "image"));
-    CHECK(cu.ModuleGetFunction(&kern, m, "kernel"));
+    use_primary();
     exec = two_kernel_graph(12);
     K(0, 3, 300, 0, 0);
     CHECK(cu.GraphLaunch(exec, 0));

@@ -107,6 +107,10 @@ void setup(void) {
     cu.stops = sim(h, "sim_stops");
     cu.release = sim(h, "sim_release");
     CHECK(cu.Init(0));
+    use_primary();
+}
+
+void use_primary(void) {
     CHECK(cu.DevicePrimaryCtxRetain(&primary, 0));
     CHECK(cu.CtxSetCurrent(primary));
     CUmodule m;

@@ -105,6 +105,9 @@ extern const char *scenario;
 
 /* Loads everything, retains the primary context and makes it current, gets a kernel. */
 void setup(void);
+/* Retains the primary context (again, after a reset or release), makes it current, gets a
+ * kernel of it. */
+void use_primary(void);
 /* Makes the primary context current on a new thread. */
 void thread_setup(void);
 CUstream new_stream(unsigned flags);

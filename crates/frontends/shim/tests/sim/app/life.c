@@ -139,11 +139,7 @@ void runtime_reset(void) {
     for (long id = 1; id <= 7; id++) EXPECT(cu.state(id) == DONE, "kernel %ld did not run before the device reset", id);
     /* Time for a completion watcher that outlived the reset to poll its events. */
     sleep_ms(20);
-    CHECK(cu.DevicePrimaryCtxRetain(&primary, 0));
-    CHECK(cu.CtxSetCurrent(primary));
-    CUmodule m;
-    CHECK(cu.ModuleLoadData(&m, "image"));
-    CHECK(cu.ModuleGetFunction(&kern, m, "kernel"));
+    use_primary();
     CUstream b = new_stream(0);
     K(b, 8, 0, F_GATE, 0);
     for (long id = 9; id <= 12; id++) K(b, id, 300, 0, 0);

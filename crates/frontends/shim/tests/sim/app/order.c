@@ -208,11 +208,7 @@ void ctx_teardown(void) {
     K(0, 7, 0, 0, 0);
     CHECK(cu.DevicePrimaryCtxReset(0));
     for (long id = 5; id <= 7; id++) EXPECT(cu.state(id) == DONE, "kernel %ld did not run before the primary context was reset", id);
-    CHECK(cu.DevicePrimaryCtxRetain(&primary, 0));
-    CHECK(cu.CtxSetCurrent(primary));
-    CUmodule m;
-    CHECK(cu.ModuleLoadData(&m, "image"));
-    CHECK(cu.ModuleGetFunction(&kern, m, "kernel"));
+    use_primary();
     CUstream d = new_stream(0);
     K(d, 8, 0, F_GATE, 0);
     K(d, 9, 1000, 0, 0);
