@@ -538,19 +538,15 @@ pub unsafe fn graph(
         // SAFETY: forwarding.
         return observed(stream, ptsz, unsafe { real_fn(exec, stream) });
     };
-    let (exec, stream) = (exec as usize, stream as usize);
-    if q.legacy {
-        let ctx = q.ctx;
-        // SAFETY (inside): forwarding the launch as made, possibly to another stream of the
-        // same context, which may launch any graph of it.
-        return submit(&q, move || {
-            super::priority::launch_graph(ctx, stream as Handle, |s| unsafe {
-                real_fn(exec as Handle, s)
-            })
-        });
-    }
-    // SAFETY (inside): forwarding the launch as made.
-    submit(&q, move || unsafe {
-        real_fn(exec as Handle, stream as Handle)
+    let (exec, stream, legacy, ctx) = (exec as usize, stream as usize, q.legacy, q.ctx);
+    submit(&q, move || {
+        // SAFETY: forwarding the launch as made, or to another stream of the same context,
+        // which may launch any graph of it.
+        let launch = |s: Handle| unsafe { real_fn(exec as Handle, s) };
+        if legacy {
+            super::priority::launch_graph(ctx, stream as Handle, launch)
+        } else {
+            launch(stream as Handle)
+        }
     })
 }
