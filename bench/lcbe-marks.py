@@ -2,7 +2,8 @@
 """Lines up the marks of `xpreempt bench lcbe --marks DIR` (both sides on CLOCK_MONOTONIC) and
 says, per scenario, where an LC request's time went: when the BE queue was told to stop
 relative to the request's start, how long the stop call took, how long the LC's first launch
-call took and what the LC did between its first two launches, when the stop was first seen
+call took and what the LC did between its first two launches (on a queue: after its first launch,
+up to the submission's return, where the queue reports Ready; and from there to the second), when the stop was first seen
 settled, how often the BE queue was restarted and stopped again during one request, and when it
 was restarted after the request ended, and (with XP_BENCH_GPU_ELAPSED=1, plain streams) the GPU's
 own duration of each request. All times in µs; quantiles over the measured requests,
@@ -67,6 +68,8 @@ def scenario(lc, be):
             "first_launch": None,
             "launch_call": None,
             "between_launches": None,
+            "after_launch": None,
+            "before_second": None,
             "stop_at": None,
             "stop_call": None,
             "settled_at": None,
@@ -83,6 +86,12 @@ def scenario(lc, be):
                 second = first_in(launches, done, e)
                 if second is not None:
                     row["between_launches"] = (second - done) / 1e3
+                # Only a queue's submissions are marked (a plain stream's launch is the submission).
+                returned = first_in(lc.get("submitted", []), done, second or e)
+                if returned is not None:
+                    row["after_launch"] = (returned - done) / 1e3
+                    if second is not None:
+                        row["before_second"] = (second - returned) / 1e3
         if stop is not None:
             row["stop_at"] = (stop - s) / 1e3
             end = first_in(stop_ends, stop, e + 10_000_000)
@@ -134,8 +143,8 @@ def main():
             continue
         print(f"{name}: {r['requests']} requests, no stop seen {r['no_stop_seen']}, "
               f"restarted mid-request {r['flapped']}")
-        for k in ["latency", "first_launch", "launch_call", "between_launches", "stop_at", "stop_call", "settled_at",
-                  "restarts_during", "restart_after_end"]:
+        for k in ["latency", "first_launch", "launch_call", "between_launches", "after_launch", "before_second",
+                  "stop_at", "stop_call", "settled_at", "restarts_during", "restart_after_end"]:
             print(f"  {k:<18} p50/p90/p99 {fmt(r[k]):<24} slowest 1% {fmt(r['slowest_1pct'][k])}")
         if "gpu_elapsed" in r:
             print(f"  {'gpu_elapsed':<18} p50/p90/p99 {fmt(r['gpu_elapsed'])}")

@@ -31,6 +31,8 @@ pub enum What {
     RequestEnd,
     Launch,
     LaunchEnd,
+    /// A submission to an XQueue returned (after its launch, the queue's reports).
+    Submitted,
     DeactivateStart,
     DeactivateEnd,
     ReactivateStart,

@@ -67,7 +67,8 @@ pub enum LcTarget<'a> {
 
 impl LcTarget<'_> {
     /// One request: `n` launches of `k`, complete when the last one is. A plain stream's
-    /// launches are marked here (a queue's, by its hardware queue).
+    /// launches are marked here (a queue's, by its hardware queue; here, each submission's
+    /// return).
     pub fn request(&self, k: &Kernel, n: u32, marks: Option<&Marks>) -> Result<()> {
         match self {
             LcTarget::Stream(s, timing) => {
@@ -97,6 +98,9 @@ impl LcTarget<'_> {
                 let mut last = None;
                 for _ in 0..n {
                     last = Some(q.submit(Command::kernel(k.clone()))?);
+                    if let Some(m) = marks {
+                        m.mark(What::Submitted);
+                    }
                 }
                 match last {
                     Some(seq) => q.wait(seq).map_err(BenchError::Wait),
