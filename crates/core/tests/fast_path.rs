@@ -1,7 +1,8 @@
 //! Local mode's fast paths: a submission to an idle high queue stops the queues it preempts
 //! before its own launch (or, while the preemption thread spins, has that thread decide and stop
-//! them during the launch), a submission that fails undoes that, and neither an announcement nor
-//! a stop handed to the preemption thread outlives the scheduler's wish for it.
+//! them during the launch), a submission that fails undoes that, neither an announcement nor
+//! a stop handed to the preemption thread outlives the scheduler's wish for it, and no queue's
+//! resumption keeps the scheduler from deciding meanwhile.
 
 mod common;
 
@@ -149,6 +150,61 @@ fn a_resume_decided_while_a_handed_off_stop_runs_leaves_the_queue_running() {
     assert!(
         within(|| !low.suspended.load(Ordering::SeqCst)),
         "the low queue was left stopped with nothing above it"
+    );
+}
+
+#[test]
+fn a_resumption_under_way_does_not_hold_up_the_high_queues_next_ready() {
+    let sched = LocalScheduler::start_with(
+        Scheduler::new(policy::by_name("hpf").unwrap()),
+        Duration::ZERO,
+    )
+    .unwrap();
+    let low = Arc::new(ThreadProbe::default());
+    sched
+        .register(QueueInfo::new(QueueId(0), 1), low.clone())
+        .unwrap();
+    sched
+        .register(
+            QueueInfo::new(QueueId(1), 9),
+            Arc::new(ThreadProbe {
+                id: 1,
+                ..ThreadProbe::default()
+            }),
+        )
+        .unwrap();
+    let sink = sched.sink();
+    sink.report(QueueId(0), ready(1));
+    sink.report(QueueId(1), ready(1));
+    assert!(low.suspended.load(Ordering::SeqCst));
+    // The high queue's Idle resumes the low one, and that resumption hangs (a driver call
+    // waiting behind the low queue's own launch).
+    low.hold_resume.store(true, Ordering::SeqCst);
+    let (idle_sink, idle_done) = (sink.clone(), std::sync::mpsc::channel());
+    let idle_thread = std::thread::spawn(move || {
+        idle_sink.report(QueueId(1), QueueReport::Idle { generation: 2 });
+        idle_done.0.send(()).ok();
+    });
+    assert!(within(|| low.resuming.load(Ordering::SeqCst)));
+    // The next request's Ready is decided meanwhile: it must not wait for the resumption.
+    let (ready_sink, ready_done) = (sink.clone(), std::sync::mpsc::channel());
+    let ready_thread = std::thread::spawn(move || {
+        ready_sink.report(QueueId(1), ready(3));
+        ready_done.0.send(()).ok();
+    });
+    let decided = ready_done.1.recv_timeout(Duration::from_secs(5));
+    low.hold_resume.store(false, Ordering::SeqCst);
+    assert!(
+        decided.is_ok(),
+        "the Ready waited for the low queue's resumption"
+    );
+    idle_done.1.recv_timeout(Duration::from_secs(5)).unwrap();
+    idle_thread.join().unwrap();
+    ready_thread.join().unwrap();
+    // The resumption landed after the Ready's decision; the low queue ends stopped again.
+    assert!(
+        within(|| low.suspended.load(Ordering::SeqCst) && !low.resuming.load(Ordering::SeqCst)),
+        "the low queue runs beside the high queue's work"
     );
 }
 

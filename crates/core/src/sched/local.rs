@@ -1,15 +1,16 @@
 //! Local mode: the scheduler of one device inside the application.
 //!
-//! A queue's report runs the [`Driver`] on the reporting thread and applies the resulting
-//! suspend/resume at once: a latency-critical submission preempts the best-effort queue without
-//! waking any other thread (handing decisions to a sleeping thread cost hundreds of µs at p99 on
-//! the GPU machine). The one exception is a thread that already spins: while a queue with work
-//! can be preempted and preemptions happen, the preemption thread ([`super::preempter`]) spins
-//! and takes the suspensions off the reporting thread, and decides on a submission's
-//! announcement itself while the submission launches. What it has not taken by the queue's next
-//! report (it got no CPU during the launch) is taken back: the announcement is dropped and the
-//! Ready's thread makes the stops. A timer thread serves the policy's timeslices, aging and
-//! resume retries.
+//! A queue's report runs the [`Driver`] on the reporting thread, which makes the resulting
+//! suspensions and resumptions right after, having let go of the driver's lock (so that no
+//! hardware call holds up another thread's decision): a latency-critical submission preempts
+//! the best-effort queue without waking any other thread (handing decisions to a sleeping
+//! thread cost hundreds of µs at p99 on the GPU machine). The one exception is a thread that
+//! already spins: while a queue with work can be preempted and preemptions happen, the
+//! preemption thread ([`super::preempter`]) spins and takes the suspensions off the reporting
+//! thread, and decides on a submission's announcement itself while the submission launches.
+//! What it has not taken by the queue's next report (it got no CPU during the launch) is taken
+//! back: the announcement is dropped and the Ready's thread makes the stops. A timer thread
+//! serves the policy's timeslices, aging and resume retries.
 
 use super::driver::Driver;
 use super::preempter::{DEFAULT_HOT, LocalQueue, Preempter};
@@ -225,6 +226,9 @@ impl Shared {
     /// if the next wake-up moved earlier. Queues never hold their own lock while reporting, and
     /// hand back what suspend/resume changed instead of reporting it, so taking queue locks
     /// under the driver's lock cannot deadlock.
+    ///
+    /// The suspensions and resumptions `f` decides (and does not hand to the preemption thread)
+    /// are made afterwards, on this thread, without the lock.
     fn run<T>(&self, f: impl FnOnce(&mut Driver<LocalQueue>, &dyn Fn() -> Nanos) -> T) -> T {
         let mut d = self.lock();
         let before = d.next_wake();
@@ -233,11 +237,53 @@ impl Shared {
         self.wants_work
             .store(d.scheduler().wants_work(), Ordering::Relaxed);
         self.preempter.set_exposed(exposed(d.scheduler()));
+        let decided = self.preempter.take_deferred();
         drop(d);
         if after.is_some() && (before.is_none() || after < before) {
             self.timer.notify_one();
         }
+        self.reconcile(decided);
         out
+    }
+
+    /// Suspends or resumes each queue as the scheduler wants it now. What the operation reports
+    /// goes back to the scheduler; if the scheduler changed its mind meanwhile, the queue is
+    /// looked at again.
+    fn reconcile(&self, queues: Vec<QueueId>) {
+        for id in queues {
+            let target = {
+                let d = self.lock();
+                d.queue(id)
+                    .map(|q| (Arc::clone(&q.queue), d.scheduler().is_allowed(id)))
+            };
+            let Some((queue, allowed)) = target else {
+                continue; // unregistered meanwhile
+            };
+            let outcome = if allowed {
+                Preemptible::resume(&*queue)
+            } else {
+                Preemptible::suspend(&*queue)
+            };
+            self.run(|d, clock| {
+                match outcome {
+                    Ok(Some(report)) => {
+                        if let Err(e) = d.report(id, report, clock) {
+                            tracing::warn!(%e, "report after a scheduler action ignored");
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "scheduler action failed");
+                        if allowed {
+                            let _ = d.scheduler_mut().resume_failed(id, clock());
+                        }
+                    }
+                }
+                if d.queue(id).is_some() && d.scheduler().is_allowed(id) != allowed {
+                    self.preempter.defer(id);
+                }
+            });
+        }
     }
 }
 
@@ -349,39 +395,22 @@ fn apply_handed_off(shared: &Shared) {
     };
     let done: Vec<_> = todo
         .into_iter()
-        .map(|(id, q)| {
-            let r = Preemptible::suspend(&*q);
-            (id, q, r)
-        })
+        .map(|(id, q)| (id, Preemptible::suspend(&*q)))
         .collect();
     shared.run(|d, clock| {
-        for (id, q, r) in done {
-            let report = match r {
-                Ok(report) => report,
-                Err(e) => {
-                    tracing::warn!(error = %e, "scheduler action failed");
-                    continue;
-                }
-            };
-            if let Some(report) = report
-                && let Err(e) = d.report(id, report, clock)
-            {
-                tracing::warn!(%e, "report after a suspension ignored");
-            }
-            if !d.scheduler().is_allowed(id) {
-                continue;
-            }
-            // A resume was decided while the stop ran, and may have come before it.
-            match Preemptible::resume(&*q) {
+        for (id, r) in done {
+            match r {
                 Ok(Some(report)) => {
                     if let Err(e) = d.report(id, report, clock) {
-                        tracing::warn!(%e, "report after a resume ignored");
+                        tracing::warn!(%e, "report after a suspension ignored");
                     }
                 }
                 Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "undoing a stop the scheduler no longer wants")
-                }
+                Err(e) => tracing::warn!(error = %e, "scheduler action failed"),
+            }
+            // A resume was decided while the stop ran, and may have come before it.
+            if d.queue(id).is_some() && d.scheduler().is_allowed(id) {
+                shared.preempter.defer(id);
             }
         }
     });

@@ -25,6 +25,9 @@ const NEVER: u64 = u64::MAX;
 pub(crate) struct Preempter {
     /// Queues to suspend, if the scheduler still wants them suspended when the thread gets there.
     todo: Mutex<Vec<QueueId>>,
+    /// Queues whose suspension or resumption the scheduler decided and nobody made yet: the
+    /// thread that decided makes them once it has let go of the driver's lock.
+    deferred: Mutex<Vec<QueueId>>,
     bell: AtomicU64,
     /// The thread spins now and takes hand-offs.
     spinning: AtomicBool,
@@ -41,6 +44,7 @@ impl Preempter {
     pub fn new(hot: Duration) -> Self {
         Self {
             todo: Mutex::new(Vec::new()),
+            deferred: Mutex::new(Vec::new()),
             bell: AtomicU64::new(0),
             spinning: AtomicBool::new(false),
             exposed: AtomicBool::new(false),
@@ -107,7 +111,7 @@ impl Preempter {
     }
 
     /// Hands the suspension of `queue` to the spinning thread; `false` if it does not spin (the
-    /// caller suspends inline).
+    /// deciding thread makes it, once it has let go of the driver's lock).
     fn hand_off(&self, queue: QueueId) -> bool {
         if !self.spinning.load(Ordering::SeqCst) {
             return false;
@@ -124,6 +128,19 @@ impl Preempter {
     pub fn take(&self) -> Vec<QueueId> {
         std::mem::take(&mut *self.todo.lock().unwrap_or_else(|p| p.into_inner()))
     }
+
+    /// `queue` is to be brought to what the scheduler wants once the driver's lock is let go.
+    pub fn defer(&self, queue: QueueId) {
+        let mut deferred = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
+        if !deferred.contains(&queue) {
+            deferred.push(queue);
+        }
+    }
+
+    /// What was deferred so far; taken under the driver's lock by the thread that decided it.
+    pub fn take_deferred(&self) -> Vec<QueueId> {
+        std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 /// A queue as local mode's driver controls it: suspensions may go to the preemption thread.
@@ -132,20 +149,23 @@ pub(crate) struct LocalQueue {
     pub preempter: Arc<Preempter>,
 }
 
+/// Neither a suspension nor a resumption runs under the driver's lock: they are driver calls
+/// that may wait for the queue's own thread (its launch holds the queue's lock), and a
+/// latency-critical submission needs that lock for its announcement and its Ready. A resumption
+/// of the best-effort queue that the last request's Idle decided took 40 µs at p50 and up to
+/// 2.6 ms on the GPU machine (bench/results/2026-11-23-h100-session13.md).
 impl QueueControl for LocalQueue {
     fn suspend(&mut self, _now: Nanos) -> Result<Option<QueueReport>, QueueOpError> {
-        if self.preempter.hand_off(self.queue.queue_id()) {
-            self.preempter.noted();
-            return Ok(None);
+        if !self.preempter.hand_off(self.queue.queue_id()) {
+            self.preempter.defer(self.queue.queue_id());
         }
-        let r = Preemptible::suspend(&*self.queue);
-        // Woken only now, so that it cannot start spinning and take this one half-way.
         self.preempter.noted();
-        r
+        Ok(None)
     }
 
     fn resume(&mut self, _now: Nanos) -> Result<Option<QueueReport>, QueueOpError> {
-        Preemptible::resume(&*self.queue)
+        self.preempter.defer(self.queue.queue_id());
+        Ok(None)
     }
 
     fn set_refused(&mut self, refused: bool) {

@@ -9,13 +9,16 @@ use xpreempt_core::xqueue::QueueOpError;
 use xpreempt_core::xqueue::threaded::Preemptible;
 
 /// A queue that records whether it is suspended and on which threads it was; its stops can be
-/// made slow (40 ms).
+/// made slow (40 ms), and its resumptions held until released.
 #[derive(Default)]
 pub struct ThreadProbe {
     pub id: u32,
     pub suspended_on: Mutex<Vec<String>>,
     pub suspended: AtomicBool,
     pub slow_stop: AtomicBool,
+    /// While set, a resumption waits (after setting `resuming`).
+    pub hold_resume: AtomicBool,
+    pub resuming: AtomicBool,
 }
 
 impl Preemptible for ThreadProbe {
@@ -32,7 +35,12 @@ impl Preemptible for ThreadProbe {
         Ok(None)
     }
     fn resume(&self) -> Result<Option<QueueReport>, QueueOpError> {
+        self.resuming.store(true, Ordering::SeqCst);
+        while self.hold_resume.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         self.suspended.store(false, Ordering::SeqCst);
+        self.resuming.store(false, Ordering::SeqCst);
         Ok(None)
     }
     fn stats(&self) -> xpreempt_core::stats::QueueStats {
