@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use xpreempt_core::policy::{Decision, Policy, QueueView, View};
 use xpreempt_core::sched::local::LocalScheduler;
-use xpreempt_core::sched::{QueueInfo, QueueReport, Scheduler};
+use xpreempt_core::sched::{DEFAULT_HOT, QueueInfo, QueueReport, Scheduler};
 use xpreempt_core::xqueue::threaded::{ReportSink, SharedXQueue, TrySubmitError};
 use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId, XQueue, policy};
 use xpreempt_hal::faulty::Faults;
@@ -108,9 +108,11 @@ fn a_failed_first_submission_lets_the_low_queue_run_again() {
     assert!(within(|| !low.suspended.load(Ordering::SeqCst)));
 }
 
-#[test]
-fn a_resume_decided_while_a_handed_off_stop_runs_leaves_the_queue_running() {
-    let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
+/// A low queue (0, priority 1, returned) and a high one (1, priority 9) under HPF, whose
+/// preemption thread spins for `hot` after a preemption.
+fn low_and_high(hot: Duration) -> (LocalScheduler, Arc<ThreadProbe>) {
+    let sched =
+        LocalScheduler::start_with(Scheduler::new(policy::by_name("hpf").unwrap()), hot).unwrap();
     let low = Arc::new(ThreadProbe::default());
     sched
         .register(QueueInfo::new(QueueId(0), 1), low.clone())
@@ -124,6 +126,12 @@ fn a_resume_decided_while_a_handed_off_stop_runs_leaves_the_queue_running() {
             }),
         )
         .unwrap();
+    (sched, low)
+}
+
+#[test]
+fn a_resume_decided_while_a_handed_off_stop_runs_leaves_the_queue_running() {
+    let (sched, low) = low_and_high(DEFAULT_HOT);
     let sink = sched.sink();
     let idle = |generation| QueueReport::Idle { generation };
     sink.report(QueueId(0), ready(1));
@@ -155,24 +163,7 @@ fn a_resume_decided_while_a_handed_off_stop_runs_leaves_the_queue_running() {
 
 #[test]
 fn a_resumption_under_way_does_not_hold_up_the_high_queues_next_ready() {
-    let sched = LocalScheduler::start_with(
-        Scheduler::new(policy::by_name("hpf").unwrap()),
-        Duration::ZERO,
-    )
-    .unwrap();
-    let low = Arc::new(ThreadProbe::default());
-    sched
-        .register(QueueInfo::new(QueueId(0), 1), low.clone())
-        .unwrap();
-    sched
-        .register(
-            QueueInfo::new(QueueId(1), 9),
-            Arc::new(ThreadProbe {
-                id: 1,
-                ..ThreadProbe::default()
-            }),
-        )
-        .unwrap();
+    let (sched, low) = low_and_high(Duration::ZERO);
     let sink = sched.sink();
     sink.report(QueueId(0), ready(1));
     sink.report(QueueId(1), ready(1));
