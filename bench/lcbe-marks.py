@@ -4,10 +4,10 @@ says, per scenario, where an LC request's time went: when the BE queue was told 
 relative to the request's start, how long the stop call took, how long the LC's first launch
 call took and what the LC did between its first two launches (on a queue: after its first
 launch, up to the submission's return, where the queue reports Ready; and from there to the
-second), when the stop was first seen settled, how often the BE queue was restarted and stopped again during one request, and when it
-was restarted after the request ended, and (with XP_BENCH_GPU_ELAPSED=1, plain streams) the GPU's
-own duration of each request. All times in µs; quantiles over the measured requests,
-and the same for the slowest 1 % of them.
+second), when the stop was first seen settled, how often the BE queue was restarted and
+stopped again during one request, and when it was restarted after the request ended, and
+(with XP_BENCH_GPU_ELAPSED=1, plain streams) the GPU's own duration of each request. All times
+in µs; quantiles over the measured requests, and the same for the slowest 1 % of them.
 
 usage: lcbe-marks.py DIR [--json OUT]
 """
