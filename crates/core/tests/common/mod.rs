@@ -1,7 +1,7 @@
 //! Test doubles shared by the local-mode integration tests.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use xpreempt_core::QueueId;
 use xpreempt_core::sched::QueueReport;
@@ -19,6 +19,21 @@ pub struct ThreadProbe {
     /// While set, a resumption waits (after setting `resuming`).
     pub hold_resume: AtomicBool,
     pub resuming: AtomicBool,
+    /// The most a suspension or resumption takes (µs), as a driver call would; each call takes
+    /// a different share of it, so that calls made one after the other can end out of order.
+    pub op_us: AtomicU64,
+    pub calls: AtomicU64,
+}
+
+impl ThreadProbe {
+    fn take_time(&self) {
+        let most = self.op_us.load(Ordering::SeqCst);
+        if most > 0 {
+            let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            let share = call.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54; // 0..1024
+            std::thread::sleep(Duration::from_micros(most * share / 1024));
+        }
+    }
 }
 
 impl Preemptible for ThreadProbe {
@@ -31,6 +46,7 @@ impl Preemptible for ThreadProbe {
         if self.slow_stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(40));
         }
+        self.take_time();
         self.suspended.store(true, Ordering::SeqCst);
         Ok(None)
     }
@@ -39,6 +55,7 @@ impl Preemptible for ThreadProbe {
         while self.hold_resume.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(1));
         }
+        self.take_time();
         self.suspended.store(false, Ordering::SeqCst);
         self.resuming.store(false, Ordering::SeqCst);
         Ok(None)
