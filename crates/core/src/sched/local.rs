@@ -17,6 +17,7 @@ use super::preempter::{DEFAULT_HOT, LocalQueue, Preempter};
 use super::protocol::{QueueInfo, QueueReport, SchedEvent};
 use super::scheduler::{SchedError, Scheduler};
 use crate::stats::SchedulerStats;
+use crate::xqueue::QueueOpError;
 use crate::xqueue::threaded::{EventSink, Preemptible, ReportSink};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -264,25 +265,37 @@ impl Shared {
             } else {
                 Preemptible::suspend(&*queue)
             };
-            self.run(|d, clock| {
-                match outcome {
-                    Ok(Some(report)) => {
-                        if let Err(e) = d.report(id, report, clock) {
-                            tracing::warn!(%e, "report after a scheduler action ignored");
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "scheduler action failed");
-                        if allowed {
-                            let _ = d.scheduler_mut().resume_failed(id, clock());
-                        }
-                    }
+            self.run(|d, clock| self.settle(d, clock, id, allowed, outcome));
+        }
+    }
+
+    /// Under the driver's lock, after `id` was resumed (`allowed`) or suspended: what the
+    /// operation reported goes to the scheduler, and if the scheduler wants otherwise by now
+    /// (it decided while the operation ran), the queue is looked at again.
+    fn settle(
+        &self,
+        d: &mut Driver<LocalQueue>,
+        clock: &dyn Fn() -> Nanos,
+        id: QueueId,
+        allowed: bool,
+        outcome: Result<Option<QueueReport>, QueueOpError>,
+    ) {
+        match outcome {
+            Ok(Some(report)) => {
+                if let Err(e) = d.report(id, report, clock) {
+                    tracing::warn!(%e, "report after a scheduler action ignored");
                 }
-                if d.queue(id).is_some() && d.scheduler().is_allowed(id) != allowed {
-                    self.preempter.defer(id);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "scheduler action failed");
+                if allowed {
+                    let _ = d.scheduler_mut().resume_failed(id, clock());
                 }
-            });
+            }
+        }
+        if d.queue(id).is_some() && d.scheduler().is_allowed(id) != allowed {
+            self.preempter.defer(id);
         }
     }
 }
@@ -397,21 +410,10 @@ fn apply_handed_off(shared: &Shared) {
         .into_iter()
         .map(|(id, q)| (id, Preemptible::suspend(&*q)))
         .collect();
+    // A resume decided while a stop ran (it may have come before it) is made afterwards.
     shared.run(|d, clock| {
         for (id, r) in done {
-            match r {
-                Ok(Some(report)) => {
-                    if let Err(e) = d.report(id, report, clock) {
-                        tracing::warn!(%e, "report after a suspension ignored");
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "scheduler action failed"),
-            }
-            // A resume was decided while the stop ran, and may have come before it.
-            if d.queue(id).is_some() && d.scheduler().is_allowed(id) {
-                shared.preempter.defer(id);
-            }
+            shared.settle(d, clock, id, false, r);
         }
     });
 }
