@@ -5,7 +5,8 @@
 //! one. The legacy default stream, where PyTorch works unless told otherwise, has the lowest
 //! priority and cannot get another: with `XPREEMPT_GRAPH_PROXY=1` a CUDA graph launched there runs
 //! instead on a private stream of the process's priority, between two events that keep the legacy
-//! stream's order (not yet measured on a GPU, so off by default).
+//! stream's order (off by default: on the H100 it changed nothing measurable on the PyTorch pair
+//! and trio, bench/results/2026-11-23-h100-session13.md).
 
 use super::driver::{self, CtxGuard, Handle, STREAM_NON_BLOCKING, SUCCESS};
 use super::settings::settings;

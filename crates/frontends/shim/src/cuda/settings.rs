@@ -30,7 +30,7 @@ pub struct Settings {
     /// instead of leaving that to the completion watcher alone. A knob for measurements.
     pub feed_on_submit: bool,
     /// `XPREEMPT_GRAPH_PROXY=1`: a process above priority 0 runs the graphs it launches on the
-    /// legacy stream on a stream of its priority (`priority.rs`). Off until measured on a GPU.
+    /// legacy stream on a stream of its priority (`priority.rs`). Off: it measured no gain.
     pub graph_proxy: bool,
 }
 
