@@ -1,7 +1,7 @@
-//! Which of the application's calls had to wait for buffered commands, and how long launches
-//! took on which thread (reported at exit with `XPREEMPT_SHIM_LOG=1`). A call that bypasses a
-//! stream's queue waits until the queue's buffer is out, so a backlogged stream loses its lead over the device at every such call: this is
-//! where a throttled queue's throughput goes.
+//! Which of the application's calls had to wait for buffered commands, and how long launches took
+//! on which thread (reported at exit with `XPREEMPT_SHIM_LOG=1`). A call that bypasses a stream's
+//! queue waits until the queue's buffer is out, so a backlogged stream loses its lead over the
+//! device at every such call: this is where a throttled queue's throughput goes.
 
 use std::cell::Cell;
 use std::panic::Location;
