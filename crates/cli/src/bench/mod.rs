@@ -46,8 +46,9 @@ enum What {
     },
     /// LC/BE scenarios side by side.
     Lcbe {
-        /// Comma-separated scenario names: lc-alone, lc-alone-daemon, be-alone, be-alone-xp,
-        /// native-2proc, prio-1proc, xp-lv1-1proc, xp-lv2-1proc, xp-sched-lv2-1proc,
+        /// Comma-separated scenario names: lc-alone, lc-alone-xq, lc-alone-daemon, be-alone,
+        /// be-alone-xp, native-2proc, prio-1proc, xp-lv1-1proc, xp-lv2-1proc, xp-lv2-1proc-xq
+        /// (`-xq`: the LC through an XQueue nobody schedules), xp-sched-lv2-1proc,
         /// xp-daemon-2proc, xp-lv3-2proc, xp-lv3static-2proc, mps-default, mps-prio,
         /// mps-client-prio, xp-mps-2proc, xp-daemon-mps-2proc (the last under an MPS daemon).
         /// Each result's `path` says what it measures: "scheduler" (xpreempt's scheduler in this

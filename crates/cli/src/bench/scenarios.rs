@@ -10,8 +10,9 @@ use xpreempt_core::Level;
 use xpreempt_cuda::mps::Sharing;
 
 /// Every scenario, in the order `--help` lists them.
-pub(super) const SCENARIOS: [&str; 17] = [
+pub(super) const SCENARIOS: [&str; 19] = [
     "lc-alone",
+    "lc-alone-xq",
     "lc-alone-daemon",
     "be-alone",
     "be-alone-xp",
@@ -19,6 +20,7 @@ pub(super) const SCENARIOS: [&str; 17] = [
     "prio-1proc",
     "xp-lv1-1proc",
     "xp-lv2-1proc",
+    "xp-lv2-1proc-xq",
     "xp-sched-lv2-1proc",
     "xp-daemon-2proc",
     "xp-lv3-2proc",
@@ -165,8 +167,16 @@ fn lc_spec(p: &LcbeParams, prio: i32, signal: bool) -> LcSpec {
         timeslice_us: None,
         alone: false,
         agent: None,
+        unscheduled_queue: false,
         marks: None,
     }
+}
+
+/// The LC side through an XQueue of its process that nobody schedules: with its plain-stream
+/// twin, it separates the queue's cost from the scheduler's in `xp-sched-lv2-1proc`.
+fn through_queue(mut lc: LcSpec) -> LcSpec {
+    lc.unscheduled_queue = true;
+    lc
 }
 
 pub(super) enum Plan {
@@ -225,6 +235,7 @@ fn scenario(p: &LcbeParams, name: &str, greatest: i32, least: i32) -> Result<Pla
         sharing: Some(sharing),
     };
     Ok(match name {
+        "lc-alone-xq" => Plan::OneProc(None, Some(through_queue(lc_alone))),
         "lc-alone" => Plan::OneProc(None, Some(lc_alone)),
         "lc-alone-daemon" => Plan::Daemon {
             be: None,
@@ -244,6 +255,10 @@ fn scenario(p: &LcbeParams, name: &str, greatest: i32, least: i32) -> Result<Pla
         "xp-lv2-1proc" => Plan::OneProc(
             Some(be_spec(p, Some(Level::Lv2), least, true)),
             Some(lc_spec(p, greatest, true)),
+        ),
+        "xp-lv2-1proc-xq" => Plan::OneProc(
+            Some(be_spec(p, Some(Level::Lv2), least, true)),
+            Some(through_queue(lc_spec(p, greatest, true))),
         ),
         "xp-sched-lv2-1proc" => Plan::Sched(
             be_spec(p, Some(Level::Lv2), least, true),
@@ -342,6 +357,7 @@ mod tests {
         use ScenarioPath::*;
         let expected = [
             ("lc-alone", Baseline),
+            ("lc-alone-xq", Baseline),
             ("be-alone", Baseline),
             ("be-alone-xp", Baseline),
             ("native-2proc", Baseline),
@@ -351,6 +367,7 @@ mod tests {
             ("mps-client-prio", Baseline),
             ("xp-lv1-1proc", Mechanism),
             ("xp-lv2-1proc", Mechanism),
+            ("xp-lv2-1proc-xq", Mechanism),
             ("xp-mps-2proc", Mechanism),
             ("xp-lv3-2proc", Mechanism),
             ("xp-lv3static-2proc", Mechanism),

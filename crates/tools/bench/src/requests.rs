@@ -178,6 +178,7 @@ mod tests {
             timeslice_us: None,
             alone: true,
             agent: None,
+            unscheduled_queue: false,
             marks: None,
         }
     }

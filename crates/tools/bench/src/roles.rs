@@ -88,6 +88,10 @@ pub struct LcSpec {
     /// Submit through an XQueue registered with `xpreemptd` through this process's agent.
     #[serde(default)]
     pub agent: Option<AgentSpec>,
+    /// Without an agent: submit through an XQueue of this process that nobody schedules, which
+    /// measures the queue's own cost on the request apart from any scheduler's.
+    #[serde(default)]
+    pub unscheduled_queue: bool,
     /// Write each request's start and end, and the queue's marks, to this file.
     #[serde(default)]
     pub marks: Option<PathBuf>,
@@ -389,6 +393,10 @@ pub fn run_lc(env: &Env, spec: &LcSpec, ctl: &Control) -> Result<LcResult> {
     };
     let m = Marks::wanted(spec.marks.as_deref());
     let r = match &spec.agent {
+        None if spec.unscheduled_queue => spec
+            .queue()
+            .local(env, QueueId(2), None, m.clone())
+            .and_then(|q| run_lc_on(env, spec, ctl, &LcTarget::Queue(&q), m.as_deref())),
         None => {
             let s = Stream::new(&env.device, spec.stream_priority)?;
             let timing = match (&m, std::env::var_os("XP_BENCH_GPU_ELAPSED")) {
