@@ -1,6 +1,6 @@
 //! Local mode's fast paths: a submission to an idle high queue stops the queues it preempts
-//! before its own launch (or, while the preemption thread spins, has that thread decide and stop
-//! them during the launch), a submission that fails undoes that, neither an announcement nor
+//! before its own launch (or, while the preemption thread spins, has that thread stop them as the
+//! stop plan says and then decide, during the launch), a submission that fails undoes that, neither an announcement nor
 //! a stop handed to the preemption thread outlives the scheduler's wish for it, and no queue's
 //! resumption keeps the scheduler from deciding meanwhile.
 
@@ -340,4 +340,78 @@ fn a_failed_submission_takes_back_an_announcement_not_decided_on() {
 #[test]
 fn the_queues_idle_supersedes_an_announcement_not_decided_on() {
     announcement_taken_back(|sink| sink.report(QueueId(2), QueueReport::Idle { generation: 4 }));
+}
+
+/// HPF that notes, at each decision, whether queue `a` was already stopped.
+struct NotingStops {
+    hpf: Box<dyn Policy>,
+    a: Arc<ThreadProbe>,
+    seen: Arc<Mutex<Vec<bool>>>,
+}
+
+impl Policy for NotingStops {
+    fn name(&self) -> &'static str {
+        "hpf-noting-stops"
+    }
+    fn decide(&mut self, view: &View<'_>) -> Decision {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(self.a.suspended.load(Ordering::SeqCst));
+        self.hpf.decide(view)
+    }
+    fn preemption_rank(&self, queue: &QueueView) -> Option<i64> {
+        self.hpf.preemption_rank(queue)
+    }
+}
+
+#[test]
+fn the_spinning_preemption_thread_stops_the_low_queue_before_it_decides_on_the_announcement() {
+    let a = Arc::new(ThreadProbe::default());
+    let high = Arc::new(ThreadProbe {
+        id: 1,
+        ..ThreadProbe::default()
+    });
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let policy = NotingStops {
+        hpf: policy::by_name("hpf").unwrap(),
+        a: a.clone(),
+        seen: seen.clone(),
+    };
+    let sched = LocalScheduler::start(Scheduler::new(Box::new(policy))).unwrap();
+    sched
+        .register(QueueInfo::new(QueueId(0), 1), a.clone())
+        .unwrap();
+    sched
+        .register(QueueInfo::new(QueueId(1), 9), high.clone())
+        .unwrap();
+    let sink = sched.sink();
+    sink.report(QueueId(0), ready(1));
+    // A first request makes the preemption thread spin.
+    sink.report(QueueId(1), ready(1));
+    sink.report(QueueId(1), QueueReport::Idle { generation: 2 });
+    assert!(within(|| sched.preemption_thread_spins()));
+    assert!(within(|| !a.suspended.load(Ordering::SeqCst)));
+    seen.lock().unwrap().clear();
+    sink.submitting(QueueId(1));
+    assert!(within(|| a.suspended.load(Ordering::SeqCst)));
+    assert!(within(|| !seen.lock().unwrap().is_empty()));
+    assert!(
+        seen.lock().unwrap()[0],
+        "the announcement was decided on before the low queue's stop"
+    );
+    let stops = a.suspended_on.lock().unwrap().clone();
+    assert_eq!(
+        stops.last().map(String::as_str),
+        Some("xpreempt-preempt"),
+        "stopped on {stops:?}"
+    );
+    assert_eq!(stops.len(), 2, "one stop per request: {stops:?}");
+    // The decision confirmed the stop: the Idle lets the low queue go, and nothing stops it again.
+    sink.report(QueueId(1), ready(3));
+    sink.report(QueueId(1), QueueReport::Idle { generation: 4 });
+    assert!(within(|| !a.suspended.load(Ordering::SeqCst)));
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(!a.suspended.load(Ordering::SeqCst));
+    assert_eq!(a.suspended_on.lock().unwrap().len(), 2);
 }

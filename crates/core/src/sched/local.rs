@@ -15,7 +15,8 @@
 use super::driver::Driver;
 use super::preempter::{DEFAULT_HOT, LocalQueue, Preempter};
 use super::protocol::{QueueInfo, QueueReport, SchedEvent};
-use super::scheduler::{SchedError, Scheduler};
+use super::scheduler::{RankedQueue, SchedError, Scheduler};
+use super::stop_plan::{StopPlan, plan_ids};
 use crate::stats::SchedulerStats;
 use crate::xqueue::QueueOpError;
 use crate::xqueue::threaded::{EventSink, Preemptible, ReportSink};
@@ -32,6 +33,8 @@ struct Shared {
     announced: Mutex<Vec<QueueId>>,
     /// The list's length, set under its lock: a report finds nothing to take back without it.
     announced_len: AtomicUsize,
+    /// What an announcement stops at once, as the last decision left things.
+    plan: Mutex<Arc<StopPlan>>,
     /// Wakes the timer thread when the next wake-up time moves earlier, or at shutdown.
     timer: Condvar,
     shutdown: AtomicBool,
@@ -126,6 +129,7 @@ impl LocalScheduler {
             preempter: Arc::new(Preempter::new(hot)),
             announced: Mutex::new(Vec::new()),
             announced_len: AtomicUsize::new(0),
+            plan: Mutex::new(Arc::default()),
             timer: Condvar::new(),
             shutdown: AtomicBool::new(false),
             epoch: Instant::now(),
@@ -237,7 +241,9 @@ impl Shared {
         let after = d.next_wake();
         self.wants_work
             .store(d.scheduler().wants_work(), Ordering::Relaxed);
-        self.preempter.set_exposed(exposed(d.scheduler()));
+        let ranks = d.scheduler().preemption_ranks();
+        self.preempter.set_exposed(exposed(ranks.as_deref()));
+        self.update_plan(&d, ranks.as_deref());
         let decided = self.preempter.take_deferred();
         drop(d);
         if after.is_some() && (before.is_none() || after < before) {
@@ -245,6 +251,21 @@ impl Shared {
         }
         self.reconcile(decided);
         out
+    }
+
+    /// Makes the stop plan again if the decision changed it.
+    fn update_plan(&self, d: &Driver<LocalQueue>, ranks: Option<&[RankedQueue]>) {
+        let ids = plan_ids(ranks);
+        let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+        if !plan.is(&ids) {
+            *plan = Arc::new(StopPlan::of(&ids, |id| {
+                d.queue(id).map(|q| Arc::clone(&q.queue))
+            }));
+        }
+    }
+
+    fn current_plan(&self) -> Arc<StopPlan> {
+        Arc::clone(&self.plan.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Suspends or resumes each queue as the scheduler wants it now. What the operation reports
@@ -328,8 +349,8 @@ fn run_timer(shared: &Shared) {
 
 /// Whether a queue with work (running, or stopped for now) has a queue ranked above it, which
 /// may stop it (again).
-fn exposed(s: &Scheduler) -> bool {
-    let Some(ranks) = s.preemption_ranks() else {
+fn exposed(ranks: Option<&[RankedQueue]>) -> bool {
+    let Some(ranks) = ranks else {
         return false;
     };
     let Some(top) = ranks.iter().map(|r| r.rank).max() else {
@@ -366,25 +387,49 @@ fn run_preempter(shared: &Shared) {
     p.spinning(false);
 }
 
-/// Decides on the announcements handed to this thread; the stops they lead to are handed to it
-/// in turn. The list stays locked until the decisions are made, so that a queue's own report or
-/// failed submission, which take its announcement back first, never lands before it.
+/// Decides on the announcements handed to this thread, having first stopped what the stop plan
+/// says they stop. The list stays locked until the decisions are made, so that a queue's own
+/// report or failed submission, which take its announcement back first, never lands before
+/// them; the stops come before that, so that such a report does not wait for them.
 fn decide_announced(shared: &Shared) {
-    let mut pending = shared.lock_announced();
-    if pending.is_empty() {
+    if shared.announced_len.load(Ordering::Acquire) == 0 {
         return;
     }
+    let stopped = stop_as_planned(shared);
+    let mut pending = shared.lock_announced();
     let queues = std::mem::take(&mut *pending);
+    if queues.is_empty() && stopped.is_empty() {
+        return; // taken back meanwhile
+    }
     shared.run(|d, clock| {
         for q in queues {
             if let Err(e) = d.announce(q, clock) {
                 tracing::warn!(%e, "announcement ignored");
             }
         }
+        // Confirmed by the decisions (or resumed, if one was taken back meanwhile or the
+        // decisions want otherwise); a stop the decisions handed over is already made.
+        for (id, r) in stopped {
+            shared.preempter.forget(id);
+            shared.settle(d, clock, id, false, r);
+        }
     });
     // Only now: a report that finds the count at zero must not land before these decisions.
     shared.announced_len.store(0, Ordering::Release);
     drop(pending);
+}
+
+/// Stops the queues the stop plan says the announced queues stop.
+fn stop_as_planned(shared: &Shared) -> Vec<(QueueId, Result<Option<QueueReport>, QueueOpError>)> {
+    let announced: Vec<QueueId> = shared.lock_announced().clone();
+    let plan = shared.current_plan();
+    let mut stopped: Vec<(QueueId, _)> = Vec::new();
+    for v in announced.iter().flat_map(|&q| plan.victims(q)) {
+        if !stopped.iter().any(|(id, _)| *id == v.id) {
+            stopped.push((v.id, Preemptible::suspend(&*v.queue)));
+        }
+    }
+    stopped
 }
 
 /// How long one spin of the preemption thread lasts before it looks whether it is still hot.

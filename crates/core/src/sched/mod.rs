@@ -9,6 +9,7 @@ pub mod local;
 mod preempter;
 pub mod protocol;
 mod scheduler;
+mod stop_plan;
 
 pub use aging::{Aging, AgingError};
 pub use driver::{Driver, QueueControl};

@@ -124,6 +124,14 @@ impl Preempter {
         true
     }
 
+    /// `queue` was stopped meanwhile: a hand-off of its stop is moot.
+    pub fn forget(&self, queue: QueueId) {
+        self.todo
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|&q| q != queue);
+    }
+
     /// What was handed off so far.
     pub fn take(&self) -> Vec<QueueId> {
         std::mem::take(&mut *self.todo.lock().unwrap_or_else(|p| p.into_inner()))
