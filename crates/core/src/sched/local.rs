@@ -239,8 +239,11 @@ impl Shared {
         let before = d.next_wake();
         let out = f(&mut d, &|| self.now());
         let after = d.next_wake();
-        self.wants_work
-            .store(d.scheduler().wants_work(), Ordering::Relaxed);
+        let wants_work = d.scheduler().wants_work();
+        // Read on every submission of every queue: a store only when it changes.
+        if self.wants_work.load(Ordering::Relaxed) != wants_work {
+            self.wants_work.store(wants_work, Ordering::Relaxed);
+        }
         let ranks = d.scheduler().preemption_ranks();
         self.preempter.set_exposed(exposed(ranks.as_deref()));
         self.update_plan(&d, ranks.as_deref());
@@ -367,10 +370,9 @@ fn run_preempter(shared: &Shared) {
             p.spinning(true);
             let seen = p.bell();
             let start = Instant::now();
-            while p.bell() == seen
-                && start.elapsed() < SPIN_SLICE
-                && !shared.shutdown.load(Ordering::Relaxed)
-            {
+            // `shutdown` is looked at between slices only: it shares a cache line with what the
+            // submitting threads write.
+            while p.bell() == seen && start.elapsed() < SPIN_SLICE {
                 // A pause, not a yield: yielding gained nothing on a quiet machine and lost more
                 // stops on a loaded one (bench/results/2026-11-23-cpu-session8.md).
                 std::hint::spin_loop();

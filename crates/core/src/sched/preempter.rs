@@ -22,15 +22,29 @@ pub const DEFAULT_HOT: Duration = Duration::from_millis(50);
 
 const NEVER: u64 = u64::MAX;
 
+/// A value alone on its cache line (128 bytes: two lines, which some CPUs fetch in pairs).
+#[repr(align(128))]
+struct OwnLine<T>(T);
+
+impl<T> std::ops::Deref for OwnLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 pub(crate) struct Preempter {
     /// Queues to suspend, if the scheduler still wants them suspended when the thread gets there.
     todo: Mutex<Vec<QueueId>>,
     /// Queues whose suspension or resumption the scheduler decided and nobody made yet: the
     /// thread that decided makes them once it has let go of the driver's lock.
     deferred: Mutex<Vec<QueueId>>,
-    bell: AtomicU64,
-    /// The thread spins now and takes hand-offs.
-    spinning: AtomicBool,
+    /// What the spinning thread reads in its loop: alone on its cache line, so that the
+    /// reporting threads' writes to the fields around it do not pull the line away from it and
+    /// back on every turn (each transfer costs the reporting thread, on the submission's path).
+    bell: OwnLine<AtomicU64>,
+    /// The thread spins now and takes hand-offs (read on every report).
+    spinning: OwnLine<AtomicBool>,
     /// A queue with work may be preempted (the last decision saw a queue ranked above it).
     exposed: AtomicBool,
     /// When (ns since `epoch`) the scheduler last suspended a queue ([`NEVER`]: not yet).
@@ -45,8 +59,8 @@ impl Preempter {
         Self {
             todo: Mutex::new(Vec::new()),
             deferred: Mutex::new(Vec::new()),
-            bell: AtomicU64::new(0),
-            spinning: AtomicBool::new(false),
+            bell: OwnLine(AtomicU64::new(0)),
+            spinning: OwnLine(AtomicBool::new(false)),
             exposed: AtomicBool::new(false),
             last: AtomicU64::new(NEVER),
             hot,
@@ -66,7 +80,10 @@ impl Preempter {
     }
 
     pub fn set_exposed(&self, exposed: bool) {
-        self.exposed.store(exposed, Ordering::SeqCst);
+        // Written on every decision, read by the spinning thread: a store only when it changes.
+        if self.exposed.load(Ordering::SeqCst) != exposed {
+            self.exposed.store(exposed, Ordering::SeqCst);
+        }
     }
 
     /// Whether the thread should spin now.
