@@ -291,8 +291,12 @@ fn while_the_preemption_thread_spins_it_decides_on_an_announcement_itself() {
         "the announcement stopped `a`"
     );
     let me = std::thread::current().name().unwrap_or("").to_string();
+    // The stop plan stops `a` before the decision.
+    assert!(
+        within(|| !threads.lock().unwrap().is_empty()),
+        "no decision"
+    );
     let seen = threads.lock().unwrap().clone();
-    assert!(!seen.is_empty(), "no decision");
     assert!(
         seen.iter().all(|t| t == "xpreempt-preempt" && *t != me),
         "decided on {seen:?}"
@@ -414,4 +418,84 @@ fn the_spinning_preemption_thread_stops_the_low_queue_before_it_decides_on_the_a
     std::thread::sleep(Duration::from_millis(30));
     assert!(!a.suspended.load(Ordering::SeqCst));
     assert_eq!(a.suspended_on.lock().unwrap().len(), 2);
+}
+
+/// HPF whose decisions wait while `gate` is shut.
+struct Gated {
+    hpf: Box<dyn Policy>,
+    gate: Arc<std::sync::atomic::AtomicBool>,
+    waited: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Policy for Gated {
+    fn name(&self) -> &'static str {
+        "hpf-gated"
+    }
+    fn decide(&mut self, view: &View<'_>) -> Decision {
+        while self.gate.load(Ordering::SeqCst) {
+            self.waited.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.hpf.decide(view)
+    }
+    fn preemption_rank(&self, queue: &QueueView) -> Option<i64> {
+        self.hpf.preemption_rank(queue)
+    }
+}
+
+#[test]
+fn the_high_queues_ready_does_not_wait_for_the_decision_on_its_announcement() {
+    let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waited = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let policy = Gated {
+        hpf: policy::by_name("hpf").unwrap(),
+        gate: gate.clone(),
+        waited: waited.clone(),
+    };
+    let sched = LocalScheduler::start(Scheduler::new(Box::new(policy))).unwrap();
+    let a = Arc::new(ThreadProbe::default());
+    let high = Arc::new(ThreadProbe {
+        id: 1,
+        ..ThreadProbe::default()
+    });
+    sched
+        .register(QueueInfo::new(QueueId(0), 1), a.clone())
+        .unwrap();
+    sched
+        .register(QueueInfo::new(QueueId(1), 9), high.clone())
+        .unwrap();
+    let sink = sched.sink();
+    sink.report(QueueId(0), ready(1));
+    sink.report(QueueId(1), ready(1));
+    sink.report(QueueId(1), QueueReport::Idle { generation: 2 });
+    assert!(within(|| sched.preemption_thread_spins()));
+    assert!(within(|| !a.suspended.load(Ordering::SeqCst)));
+    // The preemption thread stops `a` and then sits in the decision until the gate opens.
+    let checks = sched.stats().checks;
+    gate.store(true, Ordering::SeqCst);
+    sink.submitting(QueueId(1));
+    assert!(
+        within(|| a.suspended.load(Ordering::SeqCst)),
+        "the stop comes first"
+    );
+    assert!(within(|| waited.load(Ordering::SeqCst)), "deciding");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reporter = sink.clone();
+    std::thread::spawn(move || {
+        reporter.report(QueueId(1), ready(3));
+        tx.send(()).ok();
+    });
+    let returned = rx.recv_timeout(Duration::from_secs(5)).is_ok();
+    gate.store(false, Ordering::SeqCst);
+    assert!(returned, "the Ready waited for the decision");
+    // Applied after the decision: the announcement's decision and the Ready's.
+    assert!(
+        within(|| sched.stats().checks >= checks + 2),
+        "the queued Ready was not decided on"
+    );
+    // In order: the Idle after them lets `a` go.
+    sink.report(QueueId(1), QueueReport::Idle { generation: 4 });
+    assert!(within(|| !a.suspended.load(Ordering::SeqCst)));
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(!a.suspended.load(Ordering::SeqCst), "stopped again");
 }

@@ -7,11 +7,14 @@
 //! thread cost hundreds of µs at p99 on the GPU machine). The one exception is a thread that
 //! already spins: while a queue with work can be preempted and preemptions happen, the
 //! preemption thread ([`super::preempter`]) spins and takes the suspensions off the reporting
-//! thread, and decides on a submission's announcement itself while the submission launches.
-//! What it has not taken by the queue's next report (it got no CPU during the launch) is taken
-//! back: the announcement is dropped and the Ready's thread makes the stops. A timer thread
-//! serves the policy's timeslices, aging and resume retries.
+//! thread, and handles a submission's announcement itself while the submission launches: it
+//! stops what the last decision's stop plan says ([`super::stop_plan`]), then decides, then
+//! applies the reports the queue made meanwhile ([`super::announcements`]). What it has not
+//! taken by the queue's next report (it got no CPU during the launch) is taken back: the
+//! announcement is dropped and the Ready's thread makes the stops. A timer thread serves the
+//! policy's timeslices, aging and resume retries.
 
+use super::announcements::{Announcements, Later, Route};
 use super::driver::Driver;
 use super::preempter::{DEFAULT_HOT, LocalQueue, Preempter};
 use super::protocol::{QueueInfo, QueueReport, SchedEvent};
@@ -20,7 +23,7 @@ use super::stop_plan::{StopPlan, plan_ids};
 use crate::stats::SchedulerStats;
 use crate::xqueue::QueueOpError;
 use crate::xqueue::threaded::{EventSink, Preemptible, ReportSink};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -29,10 +32,8 @@ use xpreempt_types::{Nanos, QueueId};
 struct Shared {
     driver: Mutex<Driver<LocalQueue>>,
     preempter: Arc<Preempter>,
-    /// Queues announced to the spinning preemption thread, not decided on yet.
-    announced: Mutex<Vec<QueueId>>,
-    /// The list's length, set under its lock: a report finds nothing to take back without it.
-    announced_len: AtomicUsize,
+    /// Announcements handed to the spinning preemption thread, not decided on yet.
+    announced: Announcements,
     /// What an announcement stops at once, as the last decision left things.
     plan: Mutex<Arc<StopPlan>>,
     /// Wakes the timer thread when the next wake-up time moves earlier, or at shutdown.
@@ -62,8 +63,13 @@ impl ReportSink for Sink {
             return;
         };
         // The queue's own report supersedes its announcement if the preemption thread has not
-        // decided on it yet; taken back first, it cannot land after the report.
-        let undecided = shared.take_back_announcement(queue);
+        // taken it yet; taken back first, it cannot land after the report. Once taken, the
+        // report waits behind the decision, and the thread applies it.
+        let undecided = match shared.announced.route(queue, Later::Report(report)) {
+            Route::Queued => return,
+            Route::TakenBack => true,
+            Route::Direct => false,
+        };
         let ready = matches!(report, QueueReport::Ready { .. });
         if ready {
             // A stop handed off at the announcement that the preemption thread has not taken
@@ -92,10 +98,7 @@ impl ReportSink for Sink {
             return;
         };
         if shared.preempter.is_spinning() {
-            let mut pending = shared.lock_announced();
-            pending.push(queue);
-            shared.announced_len.store(pending.len(), Ordering::Release);
-            drop(pending);
+            shared.announced.announce(queue);
             shared.preempter.ring();
         } else if let Err(e) = shared.run(|d, clock| d.announce(queue, clock)) {
             tracing::warn!(%e, "announcement ignored");
@@ -106,8 +109,10 @@ impl ReportSink for Sink {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        if shared.take_back_announcement(queue) {
-            return; // never decided on
+        match shared.announced.route(queue, Later::Withdraw) {
+            Route::TakenBack => return, // never decided on
+            Route::Queued => return,    // undone after the decision
+            Route::Direct => {}
         }
         if let Err(e) = shared.run(|d, clock| d.withdraw(queue, clock)) {
             tracing::warn!(%e, "withdrawal ignored");
@@ -127,8 +132,7 @@ impl LocalScheduler {
             wants_work: Arc::new(AtomicBool::new(scheduler.wants_work())),
             driver: Mutex::new(Driver::new(scheduler)),
             preempter: Arc::new(Preempter::new(hot)),
-            announced: Mutex::new(Vec::new()),
-            announced_len: AtomicUsize::new(0),
+            announced: Announcements::default(),
             plan: Mutex::new(Arc::default()),
             timer: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -204,23 +208,6 @@ impl Drop for LocalScheduler {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Driver<LocalQueue>> {
         self.driver.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn lock_announced(&self) -> MutexGuard<'_, Vec<QueueId>> {
-        self.announced.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Removes `queue`'s announcement if the preemption thread has not decided on it; whether
-    /// there was one. Waits while that thread decides (it holds the list meanwhile).
-    fn take_back_announcement(&self, queue: QueueId) -> bool {
-        if self.announced_len.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        let mut pending = self.lock_announced();
-        let before = pending.len();
-        pending.retain(|&q| q != queue);
-        self.announced_len.store(pending.len(), Ordering::Release);
-        pending.len() != before
     }
 
     fn now(&self) -> Nanos {
@@ -390,18 +377,18 @@ fn run_preempter(shared: &Shared) {
 }
 
 /// Decides on the announcements handed to this thread, having first stopped what the stop plan
-/// says they stop. The list stays locked until the decisions are made, so that a queue's own
-/// report or failed submission, which take its announcement back first, never lands before
-/// them; the stops come before that, so that such a report does not wait for them.
+/// says they stop; then applies what their queues said meanwhile.
 fn decide_announced(shared: &Shared) {
-    if shared.announced_len.load(Ordering::Acquire) == 0 {
+    if !shared.announced.any_waiting() {
         return;
     }
-    let stopped = stop_as_planned(shared);
-    let mut pending = shared.lock_announced();
-    let queues = std::mem::take(&mut *pending);
-    if queues.is_empty() && stopped.is_empty() {
-        return; // taken back meanwhile
+    let queues = shared.announced.claim();
+    let plan = shared.current_plan();
+    let mut stopped: Vec<(QueueId, Result<Option<QueueReport>, QueueOpError>)> = Vec::new();
+    for v in queues.iter().flat_map(|&q| plan.victims(q)) {
+        if !stopped.iter().any(|(id, _)| *id == v.id) {
+            stopped.push((v.id, Preemptible::suspend(&*v.queue)));
+        }
     }
     shared.run(|d, clock| {
         for q in queues {
@@ -409,29 +396,30 @@ fn decide_announced(shared: &Shared) {
                 tracing::warn!(%e, "announcement ignored");
             }
         }
-        // Confirmed by the decisions (or resumed, if one was taken back meanwhile or the
-        // decisions want otherwise); a stop the decisions handed over is already made.
+        // Confirmed by the decisions, or resumed if they want otherwise; a stop they handed
+        // over is made already.
         for (id, r) in stopped {
             shared.preempter.forget(id);
             shared.settle(d, clock, id, false, r);
         }
     });
-    // Only now: a report that finds the count at zero must not land before these decisions.
-    shared.announced_len.store(0, Ordering::Release);
-    drop(pending);
-}
-
-/// Stops the queues the stop plan says the announced queues stop.
-fn stop_as_planned(shared: &Shared) -> Vec<(QueueId, Result<Option<QueueReport>, QueueOpError>)> {
-    let announced: Vec<QueueId> = shared.lock_announced().clone();
-    let plan = shared.current_plan();
-    let mut stopped: Vec<(QueueId, _)> = Vec::new();
-    for v in announced.iter().flat_map(|&q| plan.victims(q)) {
-        if !stopped.iter().any(|(id, _)| *id == v.id) {
-            stopped.push((v.id, Preemptible::suspend(&*v.queue)));
+    loop {
+        let later = shared.announced.finish();
+        if later.is_empty() {
+            return;
         }
+        shared.run(|d, clock| {
+            for (q, what) in later {
+                let done = match what {
+                    Later::Report(r) => d.report(q, r, clock),
+                    Later::Withdraw => d.withdraw(q, clock),
+                };
+                if let Err(e) = done {
+                    tracing::warn!(%e, "report after an announcement ignored");
+                }
+            }
+        });
     }
-    stopped
 }
 
 /// How long one spin of the preemption thread lasts before it looks whether it is still hot.

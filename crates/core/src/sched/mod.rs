@@ -3,6 +3,7 @@
 //! the hook points of programmable policies, and local (in-process) mode.
 
 mod aging;
+mod announcements;
 pub mod driver;
 pub mod hooks;
 pub mod local;

@@ -1,0 +1,151 @@
+//! Announcements handed to local mode's spinning preemption thread, and what the announcing
+//! queue says while that thread is deciding on its announcement.
+//!
+//! An announcement is first *waiting*: its queue's next report takes it back (the thread got no
+//! CPU during the launch) and is decided on the reporting thread. Once the thread has *claimed*
+//! it, the queue's reports and a failed submission's withdrawal are queued behind it, for the
+//! thread to apply after its decision, in order: the latency-critical queue's Ready then costs
+//! it a push, not a wait for the decision (a wait of 5–14 µs at p50 on an H100 host,
+//! bench/results/2026-11-23-h100-session14.md).
+
+use super::protocol::QueueReport;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use xpreempt_types::QueueId;
+
+/// What an announced queue said while its announcement was being decided on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Later {
+    Report(QueueReport),
+    /// The submission failed: the announcement is undone.
+    Withdraw,
+}
+
+/// Where a queue's report goes.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Route {
+    /// Its announcement was still waiting: taken back, the report is decided here.
+    TakenBack,
+    /// Queued behind its claimed announcement.
+    Queued,
+    /// Nothing of the queue is handed over: the report is decided here.
+    Direct,
+}
+
+#[derive(Default)]
+struct Lists {
+    waiting: Vec<QueueId>,
+    claimed: Vec<QueueId>,
+    later: Vec<(QueueId, Later)>,
+}
+
+#[derive(Default)]
+pub(crate) struct Announcements {
+    lists: Mutex<Lists>,
+    /// Waiting plus claimed, set under the lock: a report that finds zero routes itself Direct
+    /// without taking the lock.
+    busy: AtomicUsize,
+}
+
+impl Announcements {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lists> {
+        self.lists.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count(&self, l: &Lists) {
+        self.busy
+            .store(l.waiting.len() + l.claimed.len(), Ordering::Release);
+    }
+
+    pub fn announce(&self, queue: QueueId) {
+        let mut l = self.lock();
+        l.waiting.push(queue);
+        self.count(&l);
+    }
+
+    /// Routes `what` from `queue` (see [`Route`]); queued only if it is.
+    pub fn route(&self, queue: QueueId, what: Later) -> Route {
+        if self.busy.load(Ordering::Acquire) == 0 {
+            return Route::Direct;
+        }
+        let mut l = self.lock();
+        if l.claimed.contains(&queue) {
+            l.later.push((queue, what));
+            return Route::Queued;
+        }
+        let before = l.waiting.len();
+        l.waiting.retain(|&q| q != queue);
+        if l.waiting.len() == before {
+            return Route::Direct;
+        }
+        self.count(&l);
+        Route::TakenBack
+    }
+
+    /// Whether anything waits to be claimed.
+    pub fn any_waiting(&self) -> bool {
+        self.busy.load(Ordering::Acquire) != 0 && !self.lock().waiting.is_empty()
+    }
+
+    /// The preemption thread takes the waiting announcements to decide on them.
+    pub fn claim(&self) -> Vec<QueueId> {
+        let mut l = self.lock();
+        let taken = std::mem::take(&mut l.waiting);
+        l.claimed.extend_from_slice(&taken);
+        taken
+    }
+
+    /// After the decisions: what was queued behind the claimed announcements (to apply, then
+    /// call again), or nothing, and then the claims are over.
+    pub fn finish(&self) -> Vec<(QueueId, Later)> {
+        let mut l = self.lock();
+        if l.later.is_empty() {
+            l.claimed.clear();
+            self.count(&l);
+        }
+        std::mem::take(&mut l.later)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const Q: QueueId = QueueId(1);
+    const OTHER: QueueId = QueueId(2);
+    const IDLE: Later = Later::Report(QueueReport::Idle { generation: 2 });
+
+    #[test]
+    fn a_waiting_announcement_is_taken_back_by_its_queues_report() {
+        let a = Announcements::default();
+        assert_eq!(a.route(Q, IDLE), Route::Direct);
+        a.announce(Q);
+        assert!(a.any_waiting());
+        assert_eq!(a.route(OTHER, IDLE), Route::Direct);
+        assert_eq!(a.route(Q, Later::Withdraw), Route::TakenBack);
+        assert_eq!(a.route(Q, IDLE), Route::Direct);
+        assert!(!a.any_waiting());
+        assert!(a.claim().is_empty());
+    }
+
+    #[test]
+    fn reports_during_a_claim_are_queued_in_order_until_it_is_finished() {
+        let a = Announcements::default();
+        a.announce(Q);
+        assert_eq!(a.claim(), vec![Q]);
+        assert!(!a.any_waiting());
+        let ready = Later::Report(QueueReport::Ready {
+            pending: 1,
+            generation: 1,
+        });
+        assert_eq!(a.route(Q, ready), Route::Queued);
+        assert_eq!(a.route(OTHER, IDLE), Route::Direct);
+        assert_eq!(a.route(Q, IDLE), Route::Queued);
+        assert_eq!(a.finish(), vec![(Q, ready), (Q, IDLE)]);
+        // Queued again while the first batch was applied: the claim holds until none is left.
+        assert_eq!(a.route(Q, Later::Withdraw), Route::Queued);
+        assert_eq!(a.finish(), vec![(Q, Later::Withdraw)]);
+        assert!(a.finish().is_empty());
+        assert_eq!(a.route(Q, IDLE), Route::Direct);
+    }
+}
