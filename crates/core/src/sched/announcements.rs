@@ -5,7 +5,8 @@
 //! CPU during the launch) and is decided on the reporting thread. Once the thread has *claimed*
 //! it, the queue's reports and a failed submission's withdrawal are queued behind it, for the
 //! thread to apply after its decision, in order: the latency-critical queue's Ready then costs
-//! it a push, not a wait for the decision (a wait of 5–14 µs at p50 on an H100 host,
+//! it a push, not a wait for the decision and the stops (with the stop plan and without the
+//! queue, the Ready took 5.4–13.9 µs at p50 on an H100 host, against 1.1–6.2 with it;
 //! bench/results/2026-11-23-h100-session14.md).
 
 use super::protocol::QueueReport;

@@ -5,9 +5,9 @@
 //! announcement, before it takes the driver's lock to decide; the decision confirms the stops,
 //! or the queues are resumed if it wants otherwise.
 //!
-//! Why: deciding first put 5–8 µs at p50 and 28–43 µs at p99 between a latency-critical
-//! request's start and the best-effort queue's stop on an H100 host, against 0.5–0.9 and 4–8
-//! for the benchmark's controller, which stops straight away
+//! Why: deciding first put 4.9–7.8 µs at p50 and 28–43 µs at p99 between a latency-critical
+//! request's start and the best-effort queue's stop on an H100 host, against 0.4–0.9 and 4–9
+//! for the benchmark's controller, which stops straight away; with the plan, 2.3–3.9 at p50
 //! (bench/results/2026-11-23-h100-session14.md).
 
 use super::scheduler::RankedQueue;
