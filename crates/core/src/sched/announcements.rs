@@ -64,23 +64,27 @@ impl Announcements {
         self.count(&l);
     }
 
-    /// Routes `what` from `queue` (see [`Route`]); queued only if it is.
+    /// Routes `what` from `queue` (see [`Route`]); queued only if it is. A report supersedes
+    /// the queue's announcement that waits, also when it is queued behind an earlier claimed one:
+    /// decided after it, that announcement would leave the queue active after its Idle.
     pub fn route(&self, queue: QueueId, what: Later) -> Route {
         if self.busy.load(Ordering::Acquire) == 0 {
             return Route::Direct;
         }
         let mut l = self.lock();
-        if l.claimed.contains(&queue) {
+        let before = l.waiting.len();
+        l.waiting.retain(|&q| q != queue);
+        let was_waiting = l.waiting.len() != before;
+        self.count(&l);
+        if l.claimed.contains(&queue) && !(was_waiting && what == Later::Withdraw) {
             l.later.push((queue, what));
             return Route::Queued;
         }
-        let before = l.waiting.len();
-        l.waiting.retain(|&q| q != queue);
-        if l.waiting.len() == before {
-            return Route::Direct;
+        if was_waiting {
+            Route::TakenBack
+        } else {
+            Route::Direct
         }
-        self.count(&l);
-        Route::TakenBack
     }
 
     /// Whether anything waits to be claimed.
@@ -143,6 +147,17 @@ mod tests {
         assert_eq!(a.route(OTHER, IDLE), Route::Direct);
         assert_eq!(a.route(Q, IDLE), Route::Queued);
         assert_eq!(a.finish(), vec![(Q, ready), (Q, IDLE)]);
+        // The queue's next submission is announced and reported on while the claim holds: the
+        // report supersedes the announcement, which is not decided on after it.
+        a.announce(Q);
+        assert_eq!(a.route(Q, ready), Route::Queued);
+        assert!(
+            a.claim().is_empty(),
+            "an announcement its own Ready superseded"
+        );
+        a.announce(Q);
+        assert_eq!(a.route(Q, Later::Withdraw), Route::TakenBack);
+        assert_eq!(a.finish(), vec![(Q, ready)]);
         // Queued again while the first batch was applied: the claim holds until none is left.
         assert_eq!(a.route(Q, Later::Withdraw), Route::Queued);
         assert_eq!(a.finish(), vec![(Q, Later::Withdraw)]);

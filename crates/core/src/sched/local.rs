@@ -383,26 +383,28 @@ fn decide_announced(shared: &Shared) {
         return;
     }
     let queues = shared.announced.claim();
-    let plan = shared.current_plan();
-    let mut stopped: Vec<(QueueId, Result<Option<QueueReport>, QueueOpError>)> = Vec::new();
-    for v in queues.iter().flat_map(|&q| plan.victims(q)) {
-        if !stopped.iter().any(|(id, _)| *id == v.id) {
-            stopped.push((v.id, Preemptible::suspend(&*v.queue)));
-        }
-    }
-    shared.run(|d, clock| {
-        for q in queues {
-            if let Err(e) = d.announce(q, clock) {
-                tracing::warn!(%e, "announcement ignored");
+    if !queues.is_empty() {
+        let plan = shared.current_plan();
+        let mut stopped: Vec<(QueueId, Result<Option<QueueReport>, QueueOpError>)> = Vec::new();
+        for v in queues.iter().flat_map(|&q| plan.victims(q)) {
+            if !stopped.iter().any(|(id, _)| *id == v.id) {
+                stopped.push((v.id, Preemptible::suspend(&*v.queue)));
             }
         }
-        // Confirmed by the decisions, or resumed if they want otherwise; a stop they handed
-        // over is made already.
-        for (id, r) in stopped {
-            shared.preempter.forget(id);
-            shared.settle(d, clock, id, false, r);
-        }
-    });
+        shared.run(|d, clock| {
+            for q in queues {
+                if let Err(e) = d.announce(q, clock) {
+                    tracing::warn!(%e, "announcement ignored");
+                }
+            }
+            // Confirmed by the decisions, or resumed if they want otherwise; a stop they
+            // handed over is made already.
+            for (id, r) in stopped {
+                shared.preempter.forget(id);
+                shared.settle(d, clock, id, false, r);
+            }
+        });
+    }
     loop {
         let later = shared.announced.finish();
         if later.is_empty() {
