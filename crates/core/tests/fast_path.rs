@@ -443,13 +443,8 @@ impl Policy for Gated {
     }
 }
 
-/// `a` (priority 1, busy) and a high queue (9) under [`Gated`], the preemption thread spinning.
-fn gated_pair() -> (
-    LocalScheduler,
-    Arc<ThreadProbe>,
-    Arc<std::sync::atomic::AtomicBool>,
-    Arc<std::sync::atomic::AtomicBool>,
-) {
+#[test]
+fn the_high_queues_ready_does_not_wait_for_the_decision_on_its_announcement() {
     let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let waited = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let policy = Gated {
@@ -466,31 +461,15 @@ fn gated_pair() -> (
     sched
         .register(QueueInfo::new(QueueId(0), 1), a.clone())
         .unwrap();
-    sched.register(QueueInfo::new(QueueId(1), 9), high).unwrap();
+    sched
+        .register(QueueInfo::new(QueueId(1), 9), high.clone())
+        .unwrap();
     let sink = sched.sink();
     sink.report(QueueId(0), ready(1));
     sink.report(QueueId(1), ready(1));
     sink.report(QueueId(1), QueueReport::Idle { generation: 2 });
     assert!(within(|| sched.preemption_thread_spins()));
     assert!(within(|| !a.suspended.load(Ordering::SeqCst)));
-    (sched, a, gate, waited)
-}
-
-/// Reports `report` of the high queue from another thread; whether it returned within 5 s.
-fn returns_while_gated(sink: &Arc<dyn ReportSink>, report: QueueReport) -> bool {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reporter = sink.clone();
-    std::thread::spawn(move || {
-        reporter.report(QueueId(1), report);
-        tx.send(()).ok();
-    });
-    rx.recv_timeout(Duration::from_secs(5)).is_ok()
-}
-
-#[test]
-fn the_high_queues_ready_does_not_wait_for_the_decision_on_its_announcement() {
-    let (sched, a, gate, waited) = gated_pair();
-    let sink = sched.sink();
     // The preemption thread stops `a` and then sits in the decision until the gate opens.
     let checks = sched.stats().checks;
     gate.store(true, Ordering::SeqCst);
@@ -500,7 +479,13 @@ fn the_high_queues_ready_does_not_wait_for_the_decision_on_its_announcement() {
         "the stop comes first"
     );
     assert!(within(|| waited.load(Ordering::SeqCst)), "deciding");
-    let returned = returns_while_gated(&sink, ready(3));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reporter = sink.clone();
+    std::thread::spawn(move || {
+        reporter.report(QueueId(1), ready(3));
+        tx.send(()).ok();
+    });
+    let returned = rx.recv_timeout(Duration::from_secs(5)).is_ok();
     gate.store(false, Ordering::SeqCst);
     assert!(returned, "the Ready waited for the decision");
     // Applied after the decision: the announcement's decision and the Ready's.
@@ -513,27 +498,4 @@ fn the_high_queues_ready_does_not_wait_for_the_decision_on_its_announcement() {
     assert!(within(|| !a.suspended.load(Ordering::SeqCst)));
     std::thread::sleep(Duration::from_millis(30));
     assert!(!a.suspended.load(Ordering::SeqCst), "stopped again");
-}
-
-#[test]
-fn while_the_preemption_thread_spins_a_ready_is_handed_to_it() {
-    let (sched, a, gate, waited) = gated_pair();
-    let sink = sched.sink();
-    // Announced and decided on, with the gate open (and the thread back in its loop); then the
-    // gate shuts.
-    let checks = sched.stats().checks;
-    sink.submitting(QueueId(1));
-    assert!(within(|| a.suspended.load(Ordering::SeqCst)));
-    assert!(within(|| sched.stats().checks > checks));
-    std::thread::sleep(Duration::from_millis(20));
-    let checks = sched.stats().checks;
-    gate.store(true, Ordering::SeqCst);
-    let returned = returns_while_gated(&sink, ready(3));
-    let taken = within(|| waited.load(Ordering::SeqCst));
-    gate.store(false, Ordering::SeqCst);
-    assert!(returned, "the Ready was decided on its own thread");
-    assert!(taken, "the preemption thread did not decide on it");
-    assert!(within(|| sched.stats().checks > checks));
-    sink.report(QueueId(1), QueueReport::Idle { generation: 4 });
-    assert!(within(|| !a.suspended.load(Ordering::SeqCst)));
 }

@@ -4,8 +4,7 @@
 //! An announcement is first *waiting*: its queue's next report takes it back (the thread got no
 //! CPU during the launch) and is decided on the reporting thread. Once the thread has *claimed*
 //! it, the queue's reports and a failed submission's withdrawal are queued behind it, for the
-//! thread to apply after its decision, in order. A Ready may also be *handed over* while the
-//! thread spins, claiming its queue the same way. The latency-critical queue's Ready then costs
+//! thread to apply after its decision, in order: the latency-critical queue's Ready then costs
 //! it a push, not a wait for the decision and the stops (with the stop plan and without the
 //! queue, the Ready took 5.4–13.9 µs at p50 on an H100 host, against 1.1–6.2 with it;
 //! bench/results/2026-11-23-h100-session14.md).
@@ -28,7 +27,7 @@ pub(crate) enum Later {
 pub(crate) enum Route {
     /// Its announcement was still waiting: taken back, the report is decided here.
     TakenBack,
-    /// Queued behind its claimed announcement, or handed over.
+    /// Queued behind its claimed announcement.
     Queued,
     /// Nothing of the queue is handed over: the report is decided here.
     Direct,
@@ -67,11 +66,9 @@ impl Announcements {
 
     /// Routes `what` from `queue` (see [`Route`]); queued only if it is. A report supersedes
     /// the queue's announcement that waits, also when it is queued behind an earlier claimed one:
-    /// decided after it, that announcement would leave the queue active after its Idle. With
-    /// `hand_over`, what would go Direct is queued instead, for the preemption thread to apply,
-    /// and the queue's later reports queue behind it.
-    pub fn route(&self, queue: QueueId, what: Later, hand_over: bool) -> Route {
-        if self.busy.load(Ordering::Acquire) == 0 && !hand_over {
+    /// decided after it, that announcement would leave the queue active after its Idle.
+    pub fn route(&self, queue: QueueId, what: Later) -> Route {
+        if self.busy.load(Ordering::Acquire) == 0 {
             return Route::Direct;
         }
         let mut l = self.lock();
@@ -84,20 +81,15 @@ impl Announcements {
             return Route::Queued;
         }
         if was_waiting {
-            return Route::TakenBack;
+            Route::TakenBack
+        } else {
+            Route::Direct
         }
-        if !hand_over {
-            return Route::Direct;
-        }
-        l.claimed.push(queue);
-        l.later.push((queue, what));
-        self.count(&l);
-        Route::Queued
     }
 
-    /// Whether nothing is handed over.
-    pub fn is_empty(&self) -> bool {
-        self.busy.load(Ordering::Acquire) == 0
+    /// Whether anything waits to be claimed.
+    pub fn any_waiting(&self) -> bool {
+        self.busy.load(Ordering::Acquire) != 0 && !self.lock().waiting.is_empty()
     }
 
     /// The preemption thread takes the waiting announcements to decide on them.
@@ -131,30 +123,14 @@ mod tests {
     #[test]
     fn a_waiting_announcement_is_taken_back_by_its_queues_report() {
         let a = Announcements::default();
-        assert_eq!(a.route(Q, IDLE, false), Route::Direct);
+        assert_eq!(a.route(Q, IDLE), Route::Direct);
         a.announce(Q);
-        assert!(!a.is_empty());
-        assert_eq!(a.route(OTHER, IDLE, false), Route::Direct);
-        assert_eq!(a.route(Q, Later::Withdraw, false), Route::TakenBack);
-        assert_eq!(a.route(Q, IDLE, false), Route::Direct);
-        assert!(a.is_empty());
+        assert!(a.any_waiting());
+        assert_eq!(a.route(OTHER, IDLE), Route::Direct);
+        assert_eq!(a.route(Q, Later::Withdraw), Route::TakenBack);
+        assert_eq!(a.route(Q, IDLE), Route::Direct);
+        assert!(!a.any_waiting());
         assert!(a.claim().is_empty());
-    }
-
-    #[test]
-    fn a_handed_over_report_holds_the_queues_next_ones_behind_it() {
-        let a = Announcements::default();
-        assert_eq!(a.route(Q, IDLE, true), Route::Queued);
-        assert!(!a.is_empty());
-        assert_eq!(a.route(Q, Later::Withdraw, false), Route::Queued);
-        assert_eq!(a.route(OTHER, IDLE, false), Route::Direct);
-        assert!(a.claim().is_empty(), "nothing announced");
-        assert_eq!(a.finish(), vec![(Q, IDLE), (Q, Later::Withdraw)]);
-        assert!(a.finish().is_empty());
-        assert!(a.is_empty());
-        // Taken back rather than handed over: the preemption thread did not get to it.
-        a.announce(Q);
-        assert_eq!(a.route(Q, IDLE, true), Route::TakenBack);
     }
 
     #[test]
@@ -162,30 +138,30 @@ mod tests {
         let a = Announcements::default();
         a.announce(Q);
         assert_eq!(a.claim(), vec![Q]);
-        assert!(a.claim().is_empty());
+        assert!(!a.any_waiting());
         let ready = Later::Report(QueueReport::Ready {
             pending: 1,
             generation: 1,
         });
-        assert_eq!(a.route(Q, ready, false), Route::Queued);
-        assert_eq!(a.route(OTHER, IDLE, false), Route::Direct);
-        assert_eq!(a.route(Q, IDLE, false), Route::Queued);
+        assert_eq!(a.route(Q, ready), Route::Queued);
+        assert_eq!(a.route(OTHER, IDLE), Route::Direct);
+        assert_eq!(a.route(Q, IDLE), Route::Queued);
         assert_eq!(a.finish(), vec![(Q, ready), (Q, IDLE)]);
         // The queue's next submission is announced and reported on while the claim holds: the
         // report supersedes the announcement, which is not decided on after it.
         a.announce(Q);
-        assert_eq!(a.route(Q, ready, false), Route::Queued);
+        assert_eq!(a.route(Q, ready), Route::Queued);
         assert!(
             a.claim().is_empty(),
             "an announcement its own Ready superseded"
         );
         a.announce(Q);
-        assert_eq!(a.route(Q, Later::Withdraw, false), Route::TakenBack);
+        assert_eq!(a.route(Q, Later::Withdraw), Route::TakenBack);
         assert_eq!(a.finish(), vec![(Q, ready)]);
         // Queued again while the first batch was applied: the claim holds until none is left.
-        assert_eq!(a.route(Q, Later::Withdraw, false), Route::Queued);
+        assert_eq!(a.route(Q, Later::Withdraw), Route::Queued);
         assert_eq!(a.finish(), vec![(Q, Later::Withdraw)]);
         assert!(a.finish().is_empty());
-        assert_eq!(a.route(Q, IDLE, false), Route::Direct);
+        assert_eq!(a.route(Q, IDLE), Route::Direct);
     }
 }

@@ -64,24 +64,13 @@ impl ReportSink for Sink {
         };
         // The queue's own report supersedes its announcement if the preemption thread has not
         // taken it yet; taken back first, it cannot land after the report. Once taken, the
-        // report waits behind the decision, and the thread applies it. While the thread spins,
-        // it takes a Ready too (the queue's work is known from its announcement, or the thread
-        // decides it at once): the submission goes on to its next launch.
-        let ready = matches!(report, QueueReport::Ready { .. });
-        let hand_over = ready && shared.preempter.is_spinning();
-        let undecided = match shared
-            .announced
-            .route(queue, Later::Report(report), hand_over)
-        {
-            Route::Queued => {
-                if hand_over {
-                    shared.preempter.ring();
-                }
-                return;
-            }
+        // report waits behind the decision, and the thread applies it.
+        let undecided = match shared.announced.route(queue, Later::Report(report)) {
+            Route::Queued => return,
             Route::TakenBack => true,
             Route::Direct => false,
         };
+        let ready = matches!(report, QueueReport::Ready { .. });
         if ready {
             // A stop handed off at the announcement that the preemption thread has not taken
             // during the whole first launch: it got no CPU, so this thread makes the stop.
@@ -120,7 +109,7 @@ impl ReportSink for Sink {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        match shared.announced.route(queue, Later::Withdraw, false) {
+        match shared.announced.route(queue, Later::Withdraw) {
             Route::TakenBack => return, // never decided on
             Route::Queued => return,    // undone after the decision
             Route::Direct => {}
@@ -388,9 +377,9 @@ fn run_preempter(shared: &Shared) {
 }
 
 /// Decides on the announcements handed to this thread, having first stopped what the stop plan
-/// says they stop; then applies the reports handed over or made meanwhile, in order.
+/// says they stop; then applies what their queues said meanwhile.
 fn decide_announced(shared: &Shared) {
-    if shared.announced.is_empty() {
+    if !shared.announced.any_waiting() {
         return;
     }
     let queues = shared.announced.claim();
