@@ -111,9 +111,18 @@ fn a_failed_first_submission_lets_the_low_queue_run_again() {
 /// A low queue (0, priority 1, returned) and a high one (1, priority 9) under HPF, whose
 /// preemption thread spins for `hot` after a preemption.
 fn low_and_high(hot: Duration) -> (LocalScheduler, Arc<ThreadProbe>) {
-    let sched =
-        LocalScheduler::start_with(Scheduler::new(policy::by_name("hpf").unwrap()), hot).unwrap();
     let low = Arc::new(ThreadProbe::default());
+    let sched = low_and_high_under(policy::by_name("hpf").unwrap(), hot, low.clone());
+    (sched, low)
+}
+
+/// `low` (queue 0, priority 1) and a high queue (1, priority 9) under `policy`.
+fn low_and_high_under(
+    policy: Box<dyn Policy>,
+    hot: Duration,
+    low: Arc<ThreadProbe>,
+) -> LocalScheduler {
+    let sched = LocalScheduler::start_with(Scheduler::new(policy), hot).unwrap();
     sched
         .register(QueueInfo::new(QueueId(0), 1), low.clone())
         .unwrap();
@@ -126,7 +135,18 @@ fn low_and_high(hot: Duration) -> (LocalScheduler, Arc<ThreadProbe>) {
             }),
         )
         .unwrap();
-    (sched, low)
+    sched
+}
+
+/// The low queue busy and running, and the preemption thread spinning after a first request of
+/// the high queue.
+fn busy_low_spinning(sched: &LocalScheduler, low: &ThreadProbe) {
+    let sink = sched.sink();
+    sink.report(QueueId(0), ready(1));
+    sink.report(QueueId(1), ready(1));
+    sink.report(QueueId(1), QueueReport::Idle { generation: 2 });
+    assert!(within(|| sched.preemption_thread_spins()));
+    assert!(within(|| !low.suspended.load(Ordering::SeqCst)));
 }
 
 #[test]
@@ -372,30 +392,15 @@ impl Policy for NotingStops {
 #[test]
 fn the_spinning_preemption_thread_stops_the_low_queue_before_it_decides_on_the_announcement() {
     let a = Arc::new(ThreadProbe::default());
-    let high = Arc::new(ThreadProbe {
-        id: 1,
-        ..ThreadProbe::default()
-    });
     let seen = Arc::new(Mutex::new(Vec::new()));
     let policy = NotingStops {
         hpf: policy::by_name("hpf").unwrap(),
         a: a.clone(),
         seen: seen.clone(),
     };
-    let sched = LocalScheduler::start(Scheduler::new(Box::new(policy))).unwrap();
-    sched
-        .register(QueueInfo::new(QueueId(0), 1), a.clone())
-        .unwrap();
-    sched
-        .register(QueueInfo::new(QueueId(1), 9), high.clone())
-        .unwrap();
+    let sched = low_and_high_under(Box::new(policy), DEFAULT_HOT, a.clone());
+    busy_low_spinning(&sched, &a);
     let sink = sched.sink();
-    sink.report(QueueId(0), ready(1));
-    // A first request makes the preemption thread spin.
-    sink.report(QueueId(1), ready(1));
-    sink.report(QueueId(1), QueueReport::Idle { generation: 2 });
-    assert!(within(|| sched.preemption_thread_spins()));
-    assert!(within(|| !a.suspended.load(Ordering::SeqCst)));
     seen.lock().unwrap().clear();
     sink.submitting(QueueId(1));
     assert!(within(|| a.suspended.load(Ordering::SeqCst)));
@@ -452,24 +457,10 @@ fn the_high_queues_ready_does_not_wait_for_the_decision_on_its_announcement() {
         gate: gate.clone(),
         waited: waited.clone(),
     };
-    let sched = LocalScheduler::start(Scheduler::new(Box::new(policy))).unwrap();
     let a = Arc::new(ThreadProbe::default());
-    let high = Arc::new(ThreadProbe {
-        id: 1,
-        ..ThreadProbe::default()
-    });
-    sched
-        .register(QueueInfo::new(QueueId(0), 1), a.clone())
-        .unwrap();
-    sched
-        .register(QueueInfo::new(QueueId(1), 9), high.clone())
-        .unwrap();
+    let sched = low_and_high_under(Box::new(policy), DEFAULT_HOT, a.clone());
+    busy_low_spinning(&sched, &a);
     let sink = sched.sink();
-    sink.report(QueueId(0), ready(1));
-    sink.report(QueueId(1), ready(1));
-    sink.report(QueueId(1), QueueReport::Idle { generation: 2 });
-    assert!(within(|| sched.preemption_thread_spins()));
-    assert!(within(|| !a.suspended.load(Ordering::SeqCst)));
     // The preemption thread stops `a` and then sits in the decision until the gate opens.
     let checks = sched.stats().checks;
     gate.store(true, Ordering::SeqCst);
