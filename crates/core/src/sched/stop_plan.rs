@@ -16,7 +16,6 @@ use std::sync::Arc;
 use xpreempt_types::QueueId;
 
 /// A queue the plan stops, and what to stop it through.
-#[derive(Clone)]
 pub(crate) struct Victim {
     pub id: QueueId,
     pub queue: Arc<dyn Preemptible>,
@@ -44,7 +43,7 @@ pub(crate) fn plan_ids(ranks: Option<&[RankedQueue]>) -> PlanIds {
         .collect()
 }
 
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub(crate) struct StopPlan {
     by_queue: Vec<(QueueId, Vec<Victim>)>,
 }
