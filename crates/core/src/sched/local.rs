@@ -248,7 +248,7 @@ impl Shared {
         let ids = plan_ids(ranks);
         let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
         if !plan.is(&ids) {
-            *plan = Arc::new(StopPlan::of(&ids, |id| {
+            *plan = Arc::new(StopPlan::of(ids, |id| {
                 d.queue(id).map(|q| Arc::clone(&q.queue))
             }));
         }

@@ -45,67 +45,44 @@ pub(crate) fn plan_ids(ranks: Option<&[RankedQueue]>) -> PlanIds {
 
 #[derive(Default)]
 pub(crate) struct StopPlan {
-    by_queue: Vec<(QueueId, Vec<Victim>)>,
+    ids: PlanIds,
+    /// Each queue some announcement stops, once.
+    handles: Vec<Victim>,
 }
 
 impl StopPlan {
     /// The plan `ids` describes; `handle` gives a queue's handle (a queue without one is left
     /// to the decision).
-    pub fn of(ids: &PlanIds, handle: impl Fn(QueueId) -> Option<Arc<dyn Preemptible>>) -> Self {
-        let by_queue = ids
-            .iter()
-            .map(|(q, below)| {
-                let victims = below
-                    .iter()
-                    .filter_map(|&id| handle(id).map(|queue| Victim { id, queue }))
-                    .collect();
-                (*q, victims)
-            })
-            .collect();
-        Self { by_queue }
+    pub fn of(ids: PlanIds, handle: impl Fn(QueueId) -> Option<Arc<dyn Preemptible>>) -> Self {
+        let mut handles: Vec<Victim> = Vec::new();
+        for &id in ids.iter().flat_map(|(_, below)| below) {
+            if !handles.iter().any(|v| v.id == id)
+                && let Some(queue) = handle(id)
+            {
+                handles.push(Victim { id, queue });
+            }
+        }
+        Self { ids, handles }
     }
 
     /// What `queue`'s announcement stops.
-    pub fn victims(&self, queue: QueueId) -> &[Victim] {
-        self.by_queue
-            .iter()
-            .find(|(q, _)| *q == queue)
-            .map_or(&[], |(_, v)| v)
+    pub fn victims(&self, queue: QueueId) -> impl Iterator<Item = &Victim> {
+        let below = self.ids.iter().find(|(q, _)| *q == queue);
+        below
+            .into_iter()
+            .flat_map(|(_, below)| below)
+            .filter_map(|id| self.handles.iter().find(|v| v.id == *id))
     }
 
     /// Whether this plan is the one `ids` describes (then it need not be made again).
     pub fn is(&self, ids: &PlanIds) -> bool {
-        self.by_queue.len() == ids.len()
-            && self.by_queue.iter().zip(ids).all(|((a, av), (b, bv))| {
-                a == b && av.len() == bv.len() && av.iter().zip(bv).all(|(x, y)| x.id == *y)
-            })
+        self.ids == *ids
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::QueueReport;
-    use crate::stats::QueueStats;
-    use crate::xqueue::QueueOpError;
-
-    struct Noop(u32);
-
-    impl Preemptible for Noop {
-        fn queue_id(&self) -> QueueId {
-            QueueId(self.0)
-        }
-        fn suspend(&self) -> Result<Option<QueueReport>, QueueOpError> {
-            Ok(None)
-        }
-        fn resume(&self) -> Result<Option<QueueReport>, QueueOpError> {
-            Ok(None)
-        }
-        fn set_refused(&self, _: bool) {}
-        fn stats(&self) -> QueueStats {
-            QueueStats::default()
-        }
-    }
 
     fn ranked(id: u32, rank: i64, active: bool, allowed: bool) -> RankedQueue {
         RankedQueue {
@@ -116,16 +93,11 @@ mod tests {
         }
     }
 
-    fn handle(id: QueueId) -> Option<Arc<dyn Preemptible>> {
-        Some(Arc::new(Noop(id.0)))
-    }
-
-    fn plan(ranks: &[RankedQueue]) -> StopPlan {
-        StopPlan::of(&plan_ids(Some(ranks)), handle)
-    }
-
-    fn ids(plan: &StopPlan, q: u32) -> Vec<u32> {
-        plan.victims(QueueId(q)).iter().map(|v| v.id.0).collect()
+    fn ids(ranks: &[RankedQueue], q: u32) -> Vec<u32> {
+        plan_ids(Some(ranks))
+            .into_iter()
+            .find(|(id, _)| *id == QueueId(q))
+            .map_or(vec![], |(_, below)| below.iter().map(|v| v.0).collect())
     }
 
     #[test]
@@ -137,12 +109,11 @@ mod tests {
             ranked(3, 9, false, true), // the high queue, idle
             ranked(4, 9, true, true),  // its equal, running
         ];
-        let plan = plan(&ranks);
-        assert_eq!(ids(&plan, 3), vec![0]);
-        assert_eq!(ids(&plan, 2), vec![0]);
-        assert_eq!(ids(&plan, 1), vec![0]);
-        assert!(ids(&plan, 0).is_empty());
-        assert!(ids(&plan, 7).is_empty(), "an unknown queue stops nothing");
+        assert_eq!(ids(&ranks, 3), vec![0]);
+        assert_eq!(ids(&ranks, 2), vec![0]);
+        assert_eq!(ids(&ranks, 1), vec![0]);
+        assert!(ids(&ranks, 0).is_empty());
+        assert!(ids(&ranks, 7).is_empty(), "an unknown queue stops nothing");
     }
 
     #[test]
@@ -151,13 +122,13 @@ mod tests {
         let a = [ranked(0, 1, true, true), ranked(1, 2, false, true)];
         let b = [ranked(0, 1, true, true), ranked(1, 2, true, true)];
         let c = [ranked(0, 1, true, false), ranked(1, 2, false, true)];
+        let plan = |r: &[RankedQueue]| StopPlan::of(plan_ids(Some(r)), |_| None);
         assert!(
             plan(&a).is(&plan_ids(Some(&b))),
             "queue 1 running stops nothing more"
         );
         assert!(!plan(&a).is(&plan_ids(Some(&c))));
         assert!(plan(&c).is(&plan_ids(Some(&c))));
-        let no_handles = StopPlan::of(&plan_ids(Some(&a)), |_| None);
-        assert!(no_handles.victims(QueueId(1)).is_empty());
+        assert_eq!(plan(&a).victims(QueueId(1)).count(), 0, "no handles");
     }
 }
