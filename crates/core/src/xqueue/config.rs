@@ -8,9 +8,15 @@ pub const DEFAULT_THRESHOLD: u32 = 16;
 pub const DEFAULT_BATCH: u32 = 8;
 /// See [`QueueConfig::with_idle_poll`].
 pub const DEFAULT_IDLE_POLL_NS: Nanos = 50_000_000;
+/// See [`QueueConfig::with_burst_gap`].
+pub const DEFAULT_BURST_GAP_NS: Nanos = 20_000;
 
 fn default_idle_poll() -> Nanos {
     DEFAULT_IDLE_POLL_NS
+}
+
+fn default_burst_gap() -> Nanos {
+    DEFAULT_BURST_GAP_NS
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +31,10 @@ pub struct QueueConfig {
     /// (see [`Self::with_idle_poll`]).
     #[serde(default = "default_idle_poll")]
     idle_poll_ns: Nanos,
+    /// How long after a submission returned a threaded queue that drained still counts as having
+    /// work (see [`Self::with_burst_gap`]).
+    #[serde(default = "default_burst_gap")]
+    burst_gap_ns: Nanos,
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -47,6 +57,7 @@ impl Default for QueueConfig {
             level: Level::Lv3,
             idle_linger_ns: 0,
             idle_poll_ns: DEFAULT_IDLE_POLL_NS,
+            burst_gap_ns: DEFAULT_BURST_GAP_NS,
         }
     }
 }
@@ -69,6 +80,7 @@ impl QueueConfig {
             level,
             idle_linger_ns: 0,
             idle_poll_ns: DEFAULT_IDLE_POLL_NS,
+            burst_gap_ns: DEFAULT_BURST_GAP_NS,
         })
     }
 
@@ -101,6 +113,22 @@ impl QueueConfig {
 
     pub fn idle_poll_ns(&self) -> Nanos {
         self.idle_poll_ns
+    }
+
+    /// A threaded queue that drains while a submission to it is under way, or within `ns` after
+    /// the last one returned, reports Idle only once `ns` have passed since a submission
+    /// returned. An application spends a few µs on the CPU between two launches of one burst
+    /// (the launch call, the queue's Ready, its own work): a first kernel that completes in that
+    /// time would otherwise make the queue idle and busy again inside the burst, and the queues
+    /// below it would be resumed and stopped again. Unlike [`Self::with_idle_linger`], it costs
+    /// nothing when the queue drains later than `ns` after its last submission. Zero: off.
+    pub fn with_burst_gap(mut self, ns: Nanos) -> Self {
+        self.burst_gap_ns = ns;
+        self
+    }
+
+    pub fn burst_gap_ns(&self) -> Nanos {
+        self.burst_gap_ns
     }
 
     pub fn threshold(&self) -> u32 {

@@ -82,6 +82,8 @@ pub struct XQueue<P> {
     /// When the queue was first seen drained while reported active: its Idle waits for the
     /// configured linger from then.
     drained_at: Option<Nanos>,
+    /// A drained queue's Idle is held back until then (see [`Self::hold_idle_until`]).
+    idle_held_until: Nanos,
     /// Events reported so far: orders reports that travel on different threads.
     transitions: u64,
     stats: QueueStats,
@@ -107,6 +109,7 @@ impl<P> XQueue<P> {
             resuming_since: None,
             reported_active: false,
             drained_at: None,
+            idle_held_until: 0,
             transitions: 0,
             stats: QueueStats::default(),
         }
@@ -151,10 +154,19 @@ impl<P> XQueue<P> {
         self.transitions
     }
 
-    /// When a drained queue's held-back Idle is owed (its linger ends), if one is waiting.
+    /// When a drained queue's held-back Idle is owed (its linger or hold ends), if one is waiting.
     pub fn idle_due(&self) -> Option<Nanos> {
-        self.drained_at
-            .map(|t| t.saturating_add(self.config.idle_linger_ns()))
+        self.drained_at.map(|t| {
+            t.saturating_add(self.config.idle_linger_ns())
+                .max(self.idle_held_until)
+        })
+    }
+
+    /// Until `until`, a drained queue's Idle is held back as during the linger: whoever drives
+    /// the queue knows more work is likely to come by then (a threaded queue: a submission is
+    /// under way, or one returned within the configured burst gap).
+    pub fn hold_idle_until(&mut self, until: Nanos) {
+        self.idle_held_until = until;
     }
 
     /// A suspension or resumption is under way and not yet settled in hardware.
@@ -224,7 +236,7 @@ impl<P> XQueue<P> {
     }
 
     /// The Ready/Idle report owed to the scheduler, if the queue's activity changed since the
-    /// last one. A drained queue's Idle is owed only once its linger has passed.
+    /// last one. A drained queue's Idle is owed only once its linger and hold have passed.
     pub fn take_report(&mut self, now: Nanos) -> Option<QueueReport> {
         let active = !self.is_idle();
         if active {
@@ -235,7 +247,9 @@ impl<P> XQueue<P> {
         }
         if !active {
             let since = *self.drained_at.get_or_insert(now);
-            if now.saturating_sub(since) < self.config.idle_linger_ns() {
+            if now.saturating_sub(since) < self.config.idle_linger_ns()
+                || now < self.idle_held_until
+            {
                 return None;
             }
             self.drained_at = None;

@@ -145,6 +145,35 @@ fn a_lingering_queue_reports_idle_only_after_the_linger_and_not_at_all_if_work_c
 }
 
 #[test]
+fn an_idle_held_back_comes_when_the_hold_ends_and_not_at_all_if_work_comes_first() {
+    let (dev, hal, mut q) = setup(Level::Lv1, 4, 2);
+    q.submit(&hal, kernel(1, 100), 0).unwrap();
+    q.hold_idle_until(500);
+    dev.advance_to(100);
+    assert_eq!(q.poll(&hal, 100).unwrap(), None, "drained, held");
+    assert_eq!(q.idle_due(), Some(500));
+    // Work within the hold: the queue never went idle.
+    assert_eq!(q.submit(&hal, kernel(1, 100), 400).unwrap().report, None);
+    assert_eq!(q.idle_due(), None);
+    // The caller moves the hold (a later submission returned).
+    q.hold_idle_until(900);
+    dev.advance_to(500);
+    assert_eq!(q.poll(&hal, 500).unwrap(), None);
+    assert_eq!(q.poll(&hal, 899).unwrap(), None);
+    assert_eq!(
+        q.poll(&hal, 900).unwrap(),
+        Some(QueueReport::Idle { generation: 2 })
+    );
+    // A hold that ended before the queue drained holds nothing back.
+    q.submit(&hal, kernel(1, 100), 1_000).unwrap();
+    dev.advance_to(1_100);
+    assert_eq!(
+        q.poll(&hal, 1_100).unwrap(),
+        Some(QueueReport::Idle { generation: 4 })
+    );
+}
+
+#[test]
 fn a_lv1_suspension_drains_the_window_and_measures_it() {
     let (dev, hal, mut q) = setup(Level::Lv1, 2, 1);
     for _ in 0..5 {

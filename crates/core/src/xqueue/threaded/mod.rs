@@ -10,7 +10,7 @@ mod watcher;
 use super::{QueueOpError, SubmitError, XQueue};
 use crate::sched::{QueueControl, QueueReport};
 use crate::stats::QueueStats;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -85,6 +85,13 @@ struct Inner<H: HwQueue> {
     /// Whether the last Ready/Idle reported was Ready: submissions to a queue that may be idle
     /// are announced to the sink ahead of their launch.
     reported_active: AtomicBool,
+    /// The queue's burst gap ([`crate::QueueConfig::with_burst_gap`]); zero without a watcher,
+    /// which would be the only one to report the Idle once the hold is over.
+    burst_gap: AtomicU64,
+    /// Submissions under way, and when (ns since `epoch`) the last one returned: a drained
+    /// queue's Idle is held back meanwhile and for the burst gap after.
+    submitting: AtomicU32,
+    submit_returned: AtomicU64,
     shutdown: AtomicBool,
     epoch: Instant,
     sink: Option<EventSink>,
@@ -112,6 +119,7 @@ where
 {
     pub fn new(queue: XQueue<H::Payload>, hal: H, sink: Option<EventSink>) -> Self {
         let id = queue.id();
+        let burst_gap = queue.config().burst_gap_ns();
         let inner = Arc::new(Inner {
             hal,
             queue: Mutex::new(queue),
@@ -121,6 +129,9 @@ where
             polling: AtomicBool::new(false),
             wake_owed: AtomicBool::new(false),
             reported_active: AtomicBool::new(false),
+            burst_gap: AtomicU64::new(burst_gap),
+            submitting: AtomicU32::new(0),
+            submit_returned: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             epoch: Instant::now(),
             sink,
@@ -136,6 +147,7 @@ where
             .ok();
         if watcher.is_none() {
             tracing::error!(queue = %id, "could not start the completion watcher; waits will poll");
+            inner.burst_gap.store(0, Ordering::Relaxed);
         }
         Self { inner, id, watcher }
     }
@@ -150,6 +162,7 @@ where
 
     /// The hot path: launches at once when the queue may run and has room.
     pub fn submit(&self, command: Command<H::Payload>) -> Result<Seq, TrySubmitError<H::Payload>> {
+        let _burst = InSubmit::enter(&self.inner);
         if self.inner.refused.load(Ordering::Relaxed) {
             self.inner.report(self.id, QueueReport::Retry);
             return Err(TrySubmitError::Busy(self.id, command));
@@ -350,6 +363,7 @@ where
         let now = self.inner.now();
         let report = {
             let mut q = self.inner.lock();
+            self.inner.hold_idle(&mut q, now);
             q.suspend(&self.inner.hal, now)?;
             q.poll(&self.inner.hal, now)?
         };
@@ -362,6 +376,7 @@ where
         let now = self.inner.now();
         let report = {
             let mut q = self.inner.lock();
+            self.inner.hold_idle(&mut q, now);
             q.resume(&self.inner.hal, now)?;
             q.take_report(now)
         };
@@ -417,7 +432,50 @@ pub fn lock_quietly<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
+/// A submission under way, from its start to its return (whichever way it returns).
+struct InSubmit<'a, H: HwQueue> {
+    inner: Option<&'a Inner<H>>,
+}
+
+impl<'a, H: HwQueue> InSubmit<'a, H> {
+    fn enter(inner: &'a Inner<H>) -> Self {
+        if inner.burst_gap.load(Ordering::Relaxed) == 0 {
+            return Self { inner: None };
+        }
+        inner.submitting.fetch_add(1, Ordering::AcqRel);
+        Self { inner: Some(inner) }
+    }
+}
+
+impl<H: HwQueue> Drop for InSubmit<'_, H> {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner {
+            // Before the count drops: whoever sees it at zero sees this return too.
+            inner.submit_returned.store(inner.now(), Ordering::Release);
+            inner.submitting.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
 impl<H: HwQueue> Inner<H> {
+    /// Holds a drained queue's Idle back while a submission is under way and for the burst gap
+    /// after the last one returned (the watcher naps until then and looks again).
+    fn hold_idle(&self, q: &mut XQueue<H::Payload>, now: Nanos) {
+        let gap = self.burst_gap.load(Ordering::Relaxed);
+        if gap == 0 {
+            return;
+        }
+        let until = if self.submitting.load(Ordering::Acquire) > 0 {
+            now.saturating_add(gap)
+        } else {
+            match self.submit_returned.load(Ordering::Acquire) {
+                0 => 0,
+                t => t.saturating_add(gap),
+            }
+        };
+        q.hold_idle_until(until);
+    }
+
     fn lock(&self) -> MutexGuard<'_, XQueue<H::Payload>> {
         lock_quietly(&self.queue)
     }
@@ -485,6 +543,7 @@ impl<H: HwQueue> Inner<H> {
         now: Nanos,
     ) -> (Option<Seq>, Option<QueueReport>) {
         let before = q.completed();
+        self.hold_idle(q, now);
         let report = q.poll(&self.hal, now).unwrap_or_else(|e| {
             // The watcher retries the launch.
             tracing::warn!(%e, "launch from the pending buffer failed; will retry");
