@@ -33,6 +33,11 @@ pub struct Args {
     /// [default: the shim's]
     #[arg(long)]
     pub idle_linger_us: Option<u64>,
+    /// How long after a launch returned a stream whose work all completed still counts as busy,
+    /// in µs (0: off): a burst whose first kernel completes before the next launch then does not
+    /// let lower queues run in between. [default: 20]
+    #[arg(long)]
+    pub burst_gap_us: Option<u64>,
     /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock,
     /// else /run/xpreempt/xpreempt.sock].
     #[arg(long)]
@@ -142,6 +147,9 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Plan {
     }
     if let Some(us) = args.idle_linger_us {
         env.push(("XPREEMPT_IDLE_LINGER_US", us.to_string().into()));
+    }
+    if let Some(us) = args.burst_gap_us {
+        env.push(("XPREEMPT_BURST_GAP_US", us.to_string().into()));
     }
     Plan { env, notes }
 }
@@ -256,6 +264,7 @@ mod tests {
         assert_eq!(get(&p, "CUDA_MPS_CLIENT_PRIORITY"), None);
         assert!(p.notes[0].contains("no daemon"), "{:?}", p.notes);
         assert_eq!(get(&p, "XPREEMPT_IDLE_LINGER_US"), None);
+        assert_eq!(get(&p, "XPREEMPT_BURST_GAP_US"), None);
         let a = args(&[
             "--level",
             "2",
@@ -264,6 +273,8 @@ mod tests {
             "4",
             "--idle-linger-us",
             "250",
+            "--burst-gap-us",
+            "0",
             "--",
             "x",
         ]);
@@ -272,6 +283,7 @@ mod tests {
         assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), Some("1"));
         assert_eq!(get(&p, "XPREEMPT_WINDOW"), Some("4"));
         assert_eq!(get(&p, "XPREEMPT_IDLE_LINGER_US"), Some("250"));
+        assert_eq!(get(&p, "XPREEMPT_BURST_GAP_US"), Some("0"));
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub struct Settings {
     pub chaos: Option<(u64, u64)>,
     /// `XPREEMPT_IDLE_LINGER_US`: how long a stream that ran dry still counts as busy.
     pub idle_linger_us: u64,
+    /// `XPREEMPT_BURST_GAP_US`: how long after a launch returned a stream that ran dry still
+    /// counts as busy (default: `QueueConfig`'s; 0: off).
+    pub burst_gap_us: Option<u64>,
     /// `XPREEMPT_SYNC_EVERY`: a sync point every this many launches (default: a quarter of the
     /// window, at most 64). A tuning knob for measurements.
     pub sync_every: Option<u32>,
@@ -73,6 +76,7 @@ impl Settings {
             idle_linger_us: get("XPREEMPT_IDLE_LINGER_US")
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(DEFAULT_IDLE_LINGER_US),
+            burst_gap_us: get("XPREEMPT_BURST_GAP_US").and_then(|v| v.trim().parse().ok()),
             sync_every: get("XPREEMPT_SYNC_EVERY")
                 .and_then(|v| v.trim().parse().ok())
                 .filter(|&n| n > 0),
@@ -134,6 +138,9 @@ mod tests {
         assert_eq!(s.idle_linger_us, DEFAULT_IDLE_LINGER_US);
         let s = Settings::parse(env(&[("XPREEMPT_IDLE_LINGER_US", "300")]));
         assert_eq!(s.idle_linger_us, 300);
+        assert_eq!(s.burst_gap_us, None);
+        let s = Settings::parse(env(&[("XPREEMPT_BURST_GAP_US", "0")]));
+        assert_eq!(s.burst_gap_us, Some(0));
         let s = Settings::parse(env(&[("XPREEMPT_WINDOW", "2"), ("XPREEMPT_CHAOS", "x")]));
         assert_eq!((s.window(), s.chaos), ((2, 1), None));
         assert_eq!(
