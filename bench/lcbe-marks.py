@@ -5,7 +5,9 @@ relative to the request's start, how long the stop call took, how long the LC's 
 call took and what the LC did between its first two launches (on a queue: after its first
 launch, up to the submission's return, where the queue reports Ready; and from there to the
 second), when the stop was first seen settled, how often the BE queue was restarted and
-stopped again during one request, and when it was restarted after the request ended, and
+stopped again during one request (when the first such restart came, from the request's start
+and from the LC's second launch, and the latency of the requests without one), and when it was
+restarted after the request ended, and
 (with XP_BENCH_GPU_ELAPSED=1, plain streams) the GPU's own duration of each request. All times
 in µs; quantiles over the measured requests, and the same for the slowest 1 % of them.
 
@@ -74,9 +76,14 @@ def scenario(lc, be):
             "stop_call": None,
             "settled_at": None,
             "restarts_during": count_in(restarts, s, e),
+            "restart_at": None,
+            "restart_after_second_launch": None,
             "stops_during": count_in(stops, s, e),
             "restart_after_end": None,
         }
+        restarted = first_in(restarts, s, e)
+        if restarted is not None:
+            row["restart_at"] = (restarted - s) / 1e3
         launch = first_in(launches, s, e)
         if launch is not None:
             row["first_launch"] = (launch - s) / 1e3
@@ -86,6 +93,8 @@ def scenario(lc, be):
                 second = first_in(launches, done, e)
                 if second is not None:
                     row["between_launches"] = (second - done) / 1e3
+                    if restarted is not None:
+                        row["restart_after_second_launch"] = (restarted - second) / 1e3
                 # Only a queue's submissions are marked (a plain stream's launch is the submission).
                 returned = first_in(lc.get("submitted", []), done, second or e)
                 if returned is not None:
@@ -112,6 +121,7 @@ def scenario(lc, be):
     out = {"requests": len(rows), "latency": quantiles(r["latency"] for r in rows)}
     out["no_stop_seen"] = sum(r["stop_at"] is None for r in rows)
     out["flapped"] = sum(r["restarts_during"] > 0 for r in rows)
+    out["latency_unflapped"] = quantiles(r["latency"] for r in rows if r["restarts_during"] == 0)
     for k in keys:
         out[k] = quantiles(r[k] for r in rows)
     out["slowest_1pct"] = {k: quantiles(r[k] for r in slow) for k in ["latency"] + keys}
@@ -144,8 +154,10 @@ def main():
         print(f"{name}: {r['requests']} requests, no stop seen {r['no_stop_seen']}, "
               f"restarted mid-request {r['flapped']}")
         for k in ["latency", "first_launch", "launch_call", "between_launches", "after_launch", "before_second",
-                  "stop_at", "stop_call", "settled_at", "restarts_during", "restart_after_end"]:
+                  "stop_at", "stop_call", "settled_at", "restarts_during", "restart_at",
+                  "restart_after_second_launch", "restart_after_end"]:
             print(f"  {k:<18} p50/p90/p99 {fmt(r[k]):<24} slowest 1% {fmt(r['slowest_1pct'][k])}")
+        print(f"  {'latency_unflapped':<18} p50/p90/p99 {fmt(r['latency_unflapped'])}")
         if "gpu_elapsed" in r:
             print(f"  {'gpu_elapsed':<18} p50/p90/p99 {fmt(r['gpu_elapsed'])}")
     if json_out:

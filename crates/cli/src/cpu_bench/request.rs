@@ -223,9 +223,11 @@ fn gpu(args: &Args) -> Arc<Gpu> {
 
 /// The request's queue never buffers: the highest queue is not throttled.
 fn lc_config() -> Result<QueueConfig> {
-    Ok(xpreempt_bench::queue::with_idle_poll_override(
-        QueueConfig::new(64, 32, Level::Lv1)?,
-    ))
+    Ok(xpreempt_bench::queue::with_env_overrides(QueueConfig::new(
+        64,
+        32,
+        Level::Lv1,
+    )?))
 }
 
 fn setup(path: &str, args: &Args) -> Result<Setup> {

@@ -17,17 +17,24 @@ use xpreempt_cuda::queue::{CudaQueue, CudaQueueConfig};
 /// worth, far above any benchmark kernel.
 const MAX_UNITS: u32 = 1 << 21;
 
-/// `XP_BENCH_IDLE_POLL_US=N` sets every benchmark queue's idle poll
-/// ([`QueueConfig::with_idle_poll`]; 0: the old way, every submission to an idle queue wakes
-/// its watcher), for A/B runs of one build.
-pub fn with_idle_poll_override(config: QueueConfig) -> QueueConfig {
-    match std::env::var("XP_BENCH_IDLE_POLL_US")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-    {
-        Some(us) => config.with_idle_poll(us.saturating_mul(1_000)),
-        None => config,
+/// For A/B runs of one build, every benchmark queue's setting from the environment:
+/// `XP_BENCH_IDLE_POLL_US=N` its idle poll ([`QueueConfig::with_idle_poll`]; 0: the old way,
+/// every submission to an idle queue wakes its watcher), `XP_BENCH_BURST_GAP_US=N` its burst gap
+/// ([`QueueConfig::with_burst_gap`]; 0: off).
+pub fn with_env_overrides(mut config: QueueConfig) -> QueueConfig {
+    let us = |name| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|us| us.saturating_mul(1_000))
+    };
+    if let Some(ns) = us("XP_BENCH_IDLE_POLL_US") {
+        config = config.with_idle_poll(ns);
     }
+    if let Some(ns) = us("XP_BENCH_BURST_GAP_US") {
+        config = config.with_burst_gap(ns);
+    }
+    config
 }
 
 /// Every benchmark queue: a CUDA queue whose stops can be marked (`--marks`).
@@ -61,7 +68,7 @@ impl QueueSpec {
     }
 
     pub fn config(&self) -> Result<QueueConfig> {
-        Ok(with_idle_poll_override(QueueConfig::new(
+        Ok(with_env_overrides(QueueConfig::new(
             self.threshold,
             self.batch,
             self.level,
