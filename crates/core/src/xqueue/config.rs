@@ -9,7 +9,7 @@ pub const DEFAULT_BATCH: u32 = 8;
 /// See [`QueueConfig::with_idle_poll`].
 pub const DEFAULT_IDLE_POLL_NS: Nanos = 50_000_000;
 /// See [`QueueConfig::with_burst_gap`].
-pub const DEFAULT_BURST_GAP_NS: Nanos = 20_000;
+pub const DEFAULT_BURST_GAP_NS: Nanos = 0;
 
 fn default_idle_poll() -> Nanos {
     DEFAULT_IDLE_POLL_NS
@@ -115,13 +115,20 @@ impl QueueConfig {
         self.idle_poll_ns
     }
 
-    /// A threaded queue that drains while a submission to it is under way, or within `ns` after
-    /// the last one returned, reports Idle only once `ns` have passed since a submission
-    /// returned. An application spends a few µs on the CPU between two launches of one burst
-    /// (the launch call, the queue's Ready, its own work): a first kernel that completes in that
-    /// time would otherwise make the queue idle and busy again inside the burst, and the queues
-    /// below it would be resumed and stopped again. Unlike [`Self::with_idle_linger`], it costs
-    /// nothing when the queue drains later than `ns` after its last submission. Zero: off.
+    /// A threaded queue that drains while the application is in a call on it (a submission, a
+    /// wait), or within `ns` after its last submission returned, reports Idle only once the
+    /// calls have returned and `ns` have passed since that submission. An application spends a
+    /// few µs on the CPU between two launches of one burst (the launch call, the queue's Ready,
+    /// its own work): a first kernel that completes in that time would otherwise make the queue
+    /// idle and busy again inside the burst, and the queues below it would be resumed and
+    /// stopped again. A waiter that saw the last completion returns before the queues below are
+    /// resumed, rather than contending with their driver calls on its way out. Unlike
+    /// [`Self::with_idle_linger`], it costs nothing when the queue drains later than `ns` after
+    /// its last submission and no call is under way. Zero (the default): off. Measured on an
+    /// H100 host at 20 µs (bench/results/2026-11-24-h100-session15.md): it removed the restarts
+    /// of the best-effort queue inside two-kernel requests (from 1–7 % of requests to under
+    /// 0.1 %), but did not lower the request's p99, and the best-effort queue kept about 0.5 %
+    /// less throughput.
     pub fn with_burst_gap(mut self, ns: Nanos) -> Self {
         self.burst_gap_ns = ns;
         self

@@ -162,6 +162,11 @@ impl<P> XQueue<P> {
         })
     }
 
+    /// Since when the queue has been drained with its Idle held back, if it is.
+    pub fn drained_since(&self) -> Option<Nanos> {
+        self.drained_at
+    }
+
     /// Until `until`, a drained queue's Idle is held back as during the linger: whoever drives
     /// the queue knows more work is likely to come by then (a threaded queue: a submission is
     /// under way, or one returned within the configured burst gap).

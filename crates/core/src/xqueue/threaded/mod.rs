@@ -85,12 +85,13 @@ struct Inner<H: HwQueue> {
     /// Whether the last Ready/Idle reported was Ready: submissions to a queue that may be idle
     /// are announced to the sink ahead of their launch.
     reported_active: AtomicBool,
-    /// The queue's burst gap ([`crate::QueueConfig::with_burst_gap`]); zero without a watcher,
-    /// which would be the only one to report the Idle once the hold is over.
+    /// The queue's burst gap ([`crate::QueueConfig::with_burst_gap`]); zero (off) without a
+    /// watcher, which would be the only one to report the Idle once the hold is over.
     burst_gap: AtomicU64,
-    /// Submissions under way, and when (ns since `epoch`) the last one returned: a drained
-    /// queue's Idle is held back meanwhile and for the burst gap after.
-    submitting: AtomicU32,
+    /// The application's calls under way on the queue (submissions and waits), and when (ns
+    /// since `epoch`) the last submission returned: a drained queue's Idle is held back until
+    /// the calls have returned, and for the burst gap after a submission.
+    in_calls: AtomicU32,
     submit_returned: AtomicU64,
     shutdown: AtomicBool,
     epoch: Instant,
@@ -130,7 +131,7 @@ where
             wake_owed: AtomicBool::new(false),
             reported_active: AtomicBool::new(false),
             burst_gap: AtomicU64::new(burst_gap),
-            submitting: AtomicU32::new(0),
+            in_calls: AtomicU32::new(0),
             submit_returned: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             epoch: Instant::now(),
@@ -162,7 +163,7 @@ where
 
     /// The hot path: launches at once when the queue may run and has room.
     pub fn submit(&self, command: Command<H::Payload>) -> Result<Seq, TrySubmitError<H::Payload>> {
-        let _burst = InSubmit::enter(&self.inner);
+        let _call = InCall::enter(&self.inner, true);
         if self.inner.refused.load(Ordering::Relaxed) {
             self.inner.report(self.id, QueueReport::Retry);
             return Err(TrySubmitError::Busy(self.id, command));
@@ -267,6 +268,7 @@ where
     /// Blocks until command `seq` has completed. A launched command is waited for on the
     /// hardware from this thread, so completion is seen without a hand-off from the watcher.
     pub fn wait(&self, seq: Seq) -> Result<(), HalError> {
+        let _call = InCall::enter(&self.inner, false);
         // The watcher reports the Idle this wait is likely to end in: it starts now, off this
         // thread, rather than at its next poll.
         self.inner.pay_owed_wake();
@@ -432,41 +434,63 @@ pub fn lock_quietly<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
-/// A submission under way, from its start to its return (whichever way it returns).
-struct InSubmit<'a, H: HwQueue> {
+/// The longest a drained queue's Idle is held back for an application's call on it.
+const CALL_HOLD_MAX: Nanos = 10_000_000;
+
+/// An application's call on the queue, from its start to its return (whichever way it returns).
+struct InCall<'a, H: HwQueue> {
     inner: Option<&'a Inner<H>>,
+    submission: bool,
 }
 
-impl<'a, H: HwQueue> InSubmit<'a, H> {
-    fn enter(inner: &'a Inner<H>) -> Self {
+impl<'a, H: HwQueue> InCall<'a, H> {
+    fn enter(inner: &'a Inner<H>, submission: bool) -> Self {
         if inner.burst_gap.load(Ordering::Relaxed) == 0 {
-            return Self { inner: None };
+            return Self {
+                inner: None,
+                submission,
+            };
         }
-        inner.submitting.fetch_add(1, Ordering::AcqRel);
-        Self { inner: Some(inner) }
+        inner.in_calls.fetch_add(1, Ordering::AcqRel);
+        Self {
+            inner: Some(inner),
+            submission,
+        }
     }
 }
 
-impl<H: HwQueue> Drop for InSubmit<'_, H> {
+impl<H: HwQueue> Drop for InCall<'_, H> {
     fn drop(&mut self) {
         if let Some(inner) = self.inner {
-            // Before the count drops: whoever sees it at zero sees this return too.
-            inner.submit_returned.store(inner.now(), Ordering::Release);
-            inner.submitting.fetch_sub(1, Ordering::AcqRel);
+            if self.submission {
+                // Before the count drops: whoever sees it at zero sees this return too.
+                inner.submit_returned.store(inner.now(), Ordering::Release);
+            }
+            inner.in_calls.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
 
 impl<H: HwQueue> Inner<H> {
-    /// Holds a drained queue's Idle back while a submission is under way and for the burst gap
-    /// after the last one returned (the watcher naps until then and looks again).
+    /// Holds a drained queue's Idle back while the application is in a call on the queue, and
+    /// for the burst gap after its last submission returned (the watcher waits and looks again).
+    ///
+    /// Why the calls: a submission still reporting its Ready is followed by the burst's next
+    /// one; and a waiter that has seen the completion is about to return, while the Idle's
+    /// consequence (resuming the queues below, driver calls of their own) would contend with its
+    /// return in the driver: on an H100 host, LC requests whose best-effort queue was resumed
+    /// before the wait returned made the in-process scheduler's p99 tail.
     fn hold_idle(&self, q: &mut XQueue<H::Payload>, now: Nanos) {
         let gap = self.burst_gap.load(Ordering::Relaxed);
         if gap == 0 {
             return;
         }
-        let until = if self.submitting.load(Ordering::Acquire) > 0 {
+        let until = if self.in_call() {
+            // Bounded: a call that does not return (a wait for a command never submitted)
+            // holds nothing back for long.
+            let drained = q.drained_since().unwrap_or(now);
             now.saturating_add(gap)
+                .min(drained.saturating_add(CALL_HOLD_MAX))
         } else {
             match self.submit_returned.load(Ordering::Acquire) {
                 0 => 0,
@@ -474,6 +498,11 @@ impl<H: HwQueue> Inner<H> {
             }
         };
         q.hold_idle_until(until);
+    }
+
+    /// Whether the application is in a call on the queue now.
+    fn in_call(&self) -> bool {
+        self.in_calls.load(Ordering::Acquire) > 0
     }
 
     fn lock(&self) -> MutexGuard<'_, XQueue<H::Payload>> {
