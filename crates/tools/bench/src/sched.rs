@@ -11,8 +11,9 @@ use crate::requests::LcTarget;
 use crate::roles::{BeResult, BeSpec, LcResult, LcSpec, run_be_on, run_lc_on};
 use crate::{BenchError, Env, Result};
 use std::sync::Arc;
+use std::time::Duration;
 use xpreempt_core::sched::local::LocalScheduler;
-use xpreempt_core::sched::{QueueInfo, Scheduler};
+use xpreempt_core::sched::{DEFAULT_HOT, QueueInfo, Scheduler};
 use xpreempt_core::xqueue::threaded::Preemptible;
 use xpreempt_core::{Level, QueueId, policy};
 
@@ -27,7 +28,13 @@ pub fn run_sched_pair(
     policy_name: &str,
 ) -> Result<(LcResult, BeResult)> {
     env.device.bind()?;
-    let sched = LocalScheduler::start(Scheduler::new(policy::by_name(policy_name)?))
+    // `XP_BENCH_HOT_US=N`: how long the preemption thread spins after a preemption (0: never,
+    // every stop runs on the reporting thread), for A/B runs of one build.
+    let hot = std::env::var("XP_BENCH_HOT_US")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_HOT, Duration::from_micros);
+    let sched = LocalScheduler::start_with(Scheduler::new(policy::by_name(policy_name)?), hot)
         .map_err(BenchError::SchedulerStart)?;
     let register = |qs: QueueSpec, id: u32, prio: i32, marks| -> Result<Arc<BenchQueue>> {
         let q = qs.local(env, QueueId(id), Some(sched.sink()), marks)?;
