@@ -35,7 +35,7 @@ pub struct Args {
     pub idle_linger_us: Option<u64>,
     /// How long after a launch returned a stream whose work all completed still counts as busy,
     /// in µs (0: off): a burst whose first kernel completes before the next launch then does not
-    /// let lower queues run in between. [default: 20]
+    /// let lower queues run in between. [default: 0]
     #[arg(long)]
     pub burst_gap_us: Option<u64>,
     /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock,
