@@ -127,8 +127,8 @@ impl QueueConfig {
     /// its last submission and no call is under way. Zero (the default): off. Measured on an
     /// H100 host at 20 µs (bench/results/2026-11-24-h100-session15.md): it removed the restarts
     /// of the best-effort queue inside two-kernel requests in one process (from 1–7 % of
-    /// requests to at most 0.1 %), but did not lower the request's p99, and the best-effort queue kept about 0.5 %
-    /// less throughput.
+    /// requests to at most 0.1 %), but did not lower the request's p99, and the best-effort
+    /// queue kept about 0.5 % less throughput.
     pub fn with_burst_gap(mut self, ns: Nanos) -> Self {
         self.burst_gap_ns = ns;
         self

@@ -478,8 +478,9 @@ impl<H: HwQueue> Inner<H> {
     /// Why the calls: a submission still reporting its Ready is followed by the burst's next
     /// one; and a waiter that has seen the completion is about to return, while the Idle's
     /// consequence (resuming the queues below, driver calls of their own) would contend with its
-    /// return in the driver: on an H100 host, LC requests whose best-effort queue was resumed
-    /// before the wait returned made the in-process scheduler's p99 tail.
+    /// return in the driver (on an H100 host, LC requests whose best-effort queue was resumed
+    /// before the wait returned were among the slowest; holding the Idle did not lower the p99,
+    /// bench/results/2026-11-24-h100-session15.md).
     fn hold_idle(&self, q: &mut XQueue<H::Payload>, now: Nanos) {
         let gap = self.burst_gap.load(Ordering::Relaxed);
         if gap == 0 {
