@@ -1,5 +1,8 @@
 //! Test doubles shared by the local-mode integration tests.
 
+// Each test binary uses a part.
+#![allow(dead_code)]
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
