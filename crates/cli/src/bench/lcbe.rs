@@ -4,17 +4,17 @@
 
 use super::procs::{Daemon, Kid};
 use super::scenarios::{LcbeParams, Plan, ScenarioPath, parse_scenarios, path_of, plan};
-use super::{env, svg};
+use super::{env, env_with, svg};
 use crate::output::{ChecksFailed, Output};
 use anyhow::{Result, bail};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use xpreempt_bench::Env;
 use xpreempt_bench::control::SharedControl;
 use xpreempt_bench::queue::AgentSpec;
 use xpreempt_bench::roles::{BeResult, BeSpec, LcResult, LcSpec, run_be, run_lc};
 use xpreempt_bench::sched::{BE_PRIORITY, LC_PRIORITY};
+use xpreempt_bench::{Calibration, Env};
 
 #[derive(Serialize, Default)]
 struct ScenarioResult {
@@ -117,7 +117,7 @@ fn run_scenario(e: &Env, p: &LcbeParams, name: &str) -> Result<Pair> {
                 be_env.push(preload.clone());
                 lc_env.push(preload);
             }
-            run_pair(p, &ctl, Some((&be, &be_env)), &lc, &lc_env)
+            run_pair(e, p, &ctl, Some((&be, &be_env)), &lc, &lc_env)
         }
         Plan::Daemon { be, lc, sharing } => {
             let here = xpreempt_cuda::mps::detect(&e.device);
@@ -141,7 +141,7 @@ fn run_scenario(e: &Env, p: &LcbeParams, name: &str) -> Result<Pair> {
                 agent: through(LC_PRIORITY),
                 ..lc
             };
-            let r = run_pair(p, &ctl, be.as_ref().map(|b| (b, &[][..])), &lc, &[]);
+            let r = run_pair(e, p, &ctl, be.as_ref().map(|b| (b, &[][..])), &lc, &[]);
             // Stopped (and checked) whether or not the sides succeeded; their error comes first.
             let stopped = daemon.stop();
             let (lc_r, be_r) = r?;
@@ -161,6 +161,7 @@ fn run_scenario(e: &Env, p: &LcbeParams, name: &str) -> Result<Pair> {
 
 /// The two sides as processes (or the LC side alone); each one's result is its last stdout line.
 fn run_pair(
+    e: &Env,
     p: &LcbeParams,
     ctl: &CtlFile,
     be: Option<(&BeSpec, &[(String, String)])>,
@@ -171,6 +172,7 @@ fn run_pair(
         Some((spec, envs)) => Some(Kid::role(
             "BE",
             p.device,
+            e.calibration(),
             serde_json::to_string(spec)?,
             ctl.path(),
             envs,
@@ -180,6 +182,7 @@ fn run_pair(
     let lc = Kid::role(
         "LC",
         p.device,
+        e.calibration(),
         serde_json::to_string(lc)?,
         ctl.path(),
         lc_env,
@@ -197,10 +200,16 @@ fn run_pair(
     }
 }
 
-pub(super) fn child_role(device: i32, role: &str, spec: &str, ctl: &Path) -> Result<()> {
+pub(super) fn child_role(
+    device: i32,
+    role: &str,
+    spec: &str,
+    ctl: &Path,
+    calibration: Option<Calibration>,
+) -> Result<()> {
     let c = SharedControl::open(ctl, false)?;
     let line = (|| -> Result<String> {
-        let e = env(device)?;
+        let e = env_with(device, calibration)?;
         Ok(match role {
             "be" => serde_json::to_string(&run_be(&e, &serde_json::from_str(spec)?, &c)?)?,
             "lc" => serde_json::to_string(&run_lc(&e, &serde_json::from_str(spec)?, &c)?)?,

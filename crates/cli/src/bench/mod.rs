@@ -98,6 +98,9 @@ enum What {
         spec: String,
         #[arg(long)]
         ctl: PathBuf,
+        /// The parent's kernel calibration (FULL,LIGHT); measured here if absent.
+        #[arg(long)]
+        calibration: Option<xpreempt_bench::Calibration>,
     },
 }
 
@@ -147,7 +150,12 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             };
             lcbe::lcbe(out, &p, scenarios, o.as_deref(), s.as_deref())
         }
-        What::Role { role, spec, ctl } => child_role(args.device, role, spec, ctl),
+        What::Role {
+            role,
+            spec,
+            ctl,
+            calibration,
+        } => child_role(args.device, role, spec, ctl, *calibration),
         What::Lv3Probe { window_ms, out: o } => {
             lv3_probe(out, args.device, *window_ms, o.as_deref())
         }
@@ -155,10 +163,16 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
 }
 
 fn env(device: i32) -> Result<Env> {
+    env_with(device, None)
+}
+
+/// The device with the benchmark kernels, calibrated as given or now.
+fn env_with(device: i32, calibration: Option<xpreempt_bench::Calibration>) -> Result<Env> {
     if !xpreempt_cuda::driver_present() {
         bail!("no CUDA driver on this machine (libcuda not found): `xpreempt bench` needs a GPU");
     }
-    Env::new(device).context("opening the CUDA device and building the benchmark kernels")
+    Env::open(device, calibration)
+        .context("opening the CUDA device and building the benchmark kernels")
 }
 
 #[derive(Serialize)]
@@ -296,7 +310,14 @@ fn lv3_probe(out: &Output, device: i32, window_ms: u64, o: Option<&Path>) -> Res
     let be = be_spec(&p, None, 0, false);
     // The BE process runs without the shim (Kid::role drops LD_PRELOAD): only this one changes
     // its timeslice.
-    let be = Kid::role("BE", device, serde_json::to_string(&be)?, ctl.path(), &[])?;
+    let be = Kid::role(
+        "BE",
+        device,
+        e.calibration(),
+        serde_json::to_string(&be)?,
+        ctl.path(),
+        &[],
+    )?;
     let r = ctl.window(|| xpreempt_bench::lv3probe::probe(&e, window_ms));
     let be_r = be.result::<xpreempt_bench::roles::BeResult>();
     let r = r??;
@@ -317,4 +338,39 @@ fn lv3_probe(out: &Output, device: i32, window_ms: u64, o: Option<&Path>) -> Res
         }
         t
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: Args,
+    }
+
+    fn role(extra: &[&str]) -> Result<Option<xpreempt_bench::Calibration>, clap::Error> {
+        let base = [
+            "bench", "role", "--role", "be", "--spec", "{}", "--ctl", "/c",
+        ];
+        let cli = Cli::try_parse_from(base.iter().chain(extra))?;
+        match cli.bench.what {
+            What::Role { calibration, .. } => Ok(calibration),
+            _ => panic!("not a role"),
+        }
+    }
+
+    #[test]
+    fn a_side_takes_the_parents_calibration_or_measures_its_own() {
+        let c = xpreempt_bench::Calibration {
+            full: 41.5,
+            light: 97.25,
+        };
+        let given = c.to_string();
+        assert_eq!(role(&["--calibration", &given]).ok(), Some(Some(c)));
+        assert_eq!(role(&[]).ok(), Some(None));
+        assert!(role(&["--calibration", "0,1"]).is_err());
+    }
 }

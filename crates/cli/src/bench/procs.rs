@@ -21,10 +21,12 @@ pub(super) struct Kid {
 
 impl Kid {
     /// A side of the scenario: `bench role` with the JSON `spec`, meeting the other side through
-    /// the control file `ctl`. Its last stdout line is its result; stderr goes to ours.
+    /// the control file `ctl`, its kernels built to this process's `calibration`. Its last stdout
+    /// line is its result; stderr goes to ours.
     pub(super) fn role(
         who: &'static str,
         device: i32,
+        calibration: xpreempt_bench::Calibration,
         spec: String,
         ctl: &Path,
         envs: &[(String, String)],
@@ -37,6 +39,8 @@ impl Kid {
             .arg(spec)
             .arg("--ctl")
             .arg(ctl)
+            .arg("--calibration")
+            .arg(calibration.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             // The ioctl shim only where a scenario asks for it (in `envs`).

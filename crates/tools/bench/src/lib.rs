@@ -17,6 +17,7 @@ pub mod svg;
 
 pub use error::{BenchError, Result};
 
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use xpreempt_cuda::driver::{Device, DeviceBuffer};
 use xpreempt_cuda::kernel::Kernel;
@@ -35,6 +36,49 @@ pub enum Shape {
     Persistent,
 }
 
+/// Loop iterations per µs of one block: what the kernels' durations are computed from.
+///
+/// The sides of a two-process scenario take it from the process that runs the scenario instead
+/// of measuring it themselves: they start together, and a calibration kernel that shares the GPU
+/// with the other side's runs long, which makes that side's kernels short (a BE measured at 1.6×
+/// its throughput alone, bench/results/2026-11-24-h100-session16.md).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// With the GPU full (8 blocks of 256 per SM): BE kernels.
+    pub full: f64,
+    /// With a few blocks alone on the GPU: LC kernels.
+    pub light: f64,
+}
+
+impl std::str::FromStr for Calibration {
+    type Err = String;
+
+    /// `FULL,LIGHT`, both finite and positive.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bad =
+            || format!("calibration `{s}`: expected FULL,LIGHT iterations per µs, both positive");
+        let (full, light) = s.split_once(',').ok_or_else(bad)?;
+        let num = |v: &str| {
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .ok_or_else(bad)
+        };
+        Ok(Self {
+            full: num(full)?,
+            light: num(light)?,
+        })
+    }
+}
+
+impl std::fmt::Display for Calibration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `{}` of an f64 prints the shortest form that parses back to the same value.
+        write!(f, "{},{}", self.full, self.light)
+    }
+}
+
 /// One device with the benchmark kernels and their calibration.
 pub struct Env {
     pub device: Arc<Device>,
@@ -48,7 +92,13 @@ pub struct Env {
 }
 
 impl Env {
+    /// Opens the device and calibrates the kernels on it.
     pub fn new(ordinal: i32) -> Result<Self> {
+        Self::open(ordinal, None)
+    }
+
+    /// Opens the device; kernels follow `calibration` if given, else one measured now.
+    pub fn open(ordinal: i32, calibration: Option<Calibration>) -> Result<Self> {
         let device = Arc::new(Device::open(ordinal)?);
         let k = BenchKernels::build(&device)?;
         let wave = device.sm_count as u32 * BLOCKS_PER_SM;
@@ -61,8 +111,21 @@ impl Env {
             wave,
             sink,
         };
-        env.calibrate()?;
+        match calibration {
+            Some(c) => {
+                env.iters_per_us_full = c.full;
+                env.iters_per_us_light = c.light;
+            }
+            None => env.calibrate()?,
+        }
         Ok(env)
+    }
+
+    pub fn calibration(&self) -> Calibration {
+        Calibration {
+            full: self.iters_per_us_full,
+            light: self.iters_per_us_light,
+        }
     }
 
     fn calibrate(&mut self) -> Result<()> {
@@ -226,5 +289,19 @@ mod tests {
         let s = Summary::of((1..=100).map(|x| x as f64).collect());
         assert_eq!((s.n, s.p50, s.p99, s.max), (100, 51.0, 99.0, 100.0));
         assert!(Summary::of(vec![]).p50.is_nan());
+    }
+
+    #[test]
+    fn a_calibration_goes_to_a_child_and_back_unchanged() {
+        let c = Calibration {
+            full: 1.0 / 3.0,
+            light: 123.456_789,
+        };
+        assert_eq!(c.to_string().parse::<Calibration>(), Ok(c));
+        for bad in [
+            "", "1", "1,", ",1", "1,0", "-1,2", "1,nan", "1,inf", "a,b", "1,2,3",
+        ] {
+            assert!(bad.parse::<Calibration>().is_err(), "{bad}");
+        }
     }
 }
