@@ -23,34 +23,56 @@ use xpreempt_types::{Launched, Seq};
 
 impl CudaQueue {
     /// Deactivate; the caller checked the level.
+    ///
+    /// The flag's set is the first driver call: in one process the stop races the
+    /// latency-critical queue's launch for the driver, and whatever comes before the set delays
+    /// the stop on the GPU. The window is reaped (a driver query per sync event) only when it is
+    /// not safe to flag as it stands; a completed kernel left in it is relaunched at the resume,
+    /// where its finished blocks skip themselves.
     pub(crate) fn lv2_deactivate(&self) -> Result<()> {
         self.bind()?;
         let mut g = self.lock();
         if g.stop == Stop::Flagged {
             return Ok(()); // already stopped (a reactivate has not finished yet)
         }
-        self.reap(&mut g);
-        let flag = flag_is_safe(g.flight.slots());
-        // The stop event first: if it fails, nothing has changed. It covers everything launched
-        // so far; the flag set (on the control stream) only makes that end sooner.
-        // SAFETY: `stop_event` and the stream are this queue's, alive until Drop; the lock is held.
-        cu!(cuEventRecord(g.stop_event, g.stream))?;
-        if flag {
-            let set = self.flag_values.word(0)?;
-            // The control stream is FIFO: this set lands after any earlier clear.
-            // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by this
-            // queue and freed only after Drop synchronized the control stream.
-            cu!(cuMemcpyHtoDAsync_v2(
-                self.flag.ptr,
-                set.cast(),
-                4,
-                self.control
-            ))?;
-            g.stop = Stop::Flagged;
-            g.relaunch = Relaunch::default();
-        } else {
-            g.stop = Stop::Draining;
+        let mut flag = flag_is_safe(g.flight.slots());
+        if !flag {
+            self.reap(&mut g);
+            flag = flag_is_safe(g.flight.slots());
         }
+        if !flag {
+            // Nothing changes if this fails.
+            self.record_stop(&mut g)?;
+            g.stop = Stop::Draining;
+            return Ok(());
+        }
+        let set = self.flag_values.word(0)?;
+        // The control stream is FIFO: this set lands after any earlier clear.
+        // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by this
+        // queue and freed only after Drop synchronized the control stream.
+        cu!(cuMemcpyHtoDAsync_v2(
+            self.flag.ptr,
+            set.cast(),
+            4,
+            self.control
+        ))?;
+        g.stop = Stop::Flagged;
+        g.relaunch = Relaunch::default();
+        g.stop_recorded = false;
+        // Nothing is launched on the stream while flagged, so the stop event covers the same
+        // work whenever it is recorded; `settled` and the clear record it if this fails.
+        if let Err(e) = self.record_stop(&mut g) {
+            tracing::warn!(%e, "no stop event after the flag; recorded later");
+        }
+        Ok(())
+    }
+
+    /// Records the stop event behind everything launched on the queue's stream.
+    pub(crate) fn record_stop(&self, g: &mut Inner) -> Result<()> {
+        // SAFETY: `stop_event` and the stream are this queue's, alive until Drop; the caller
+        // holds the lock.
+        cu!(cuEventRecord(g.stop_event, g.stream))?;
+        g.stop_recorded = true;
         Ok(())
     }
 
@@ -98,6 +120,9 @@ impl CudaQueue {
     /// the queue stream waits for the clear before the relaunch. Repeating it is harmless.
     fn clear_flag(&self, g: &mut Inner) -> Result<()> {
         let clear = self.flag_values.word(1)?;
+        if !g.stop_recorded {
+            self.record_stop(g)?;
+        }
         // SAFETY: the control stream and `stop_event` are this queue's, alive until Drop.
         cu!(cuStreamWaitEvent(self.control, g.stop_event, 0))?;
         // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by this

@@ -78,6 +78,8 @@ pub(crate) struct Inner {
     /// Progress of a reactivate while `stop` is `Flagged`.
     pub(crate) relaunch: Relaunch,
     pub(crate) stop_event: sys::CUevent,
+    /// `stop_event` was recorded for the current stop (it may come after the flag's set).
+    pub(crate) stop_recorded: bool,
     /// Recorded on the control stream after the flag is cleared; the queue stream waits on it.
     pub(crate) clear_event: sys::CUevent,
     move_event: sys::CUevent,
@@ -174,6 +176,7 @@ impl CudaQueue {
             stop: Stop::Running,
             relaunch: Relaunch::default(),
             stop_event: new_event()?,
+            stop_recorded: false,
             clear_event: new_event()?,
             move_event: new_event()?,
             next_slot: 0,
@@ -367,9 +370,12 @@ impl HwQueue for CudaQueue {
     }
 
     fn settled(&self) -> bool {
-        let g = self.lock();
+        let mut g = self.lock();
         match g.stop {
             Stop::Flagged | Stop::Draining => {
+                if !g.stop_recorded && (self.bind().is_err() || self.record_stop(&mut g).is_err()) {
+                    return false;
+                }
                 // SAFETY: `stop_event` lives until Drop; the lock is held.
                 unsafe { sys::cuEventQuery(g.stop_event) == sys::CUresult::CUDA_SUCCESS }
             }

@@ -194,3 +194,47 @@ fn cuda_queue_conforms_at_lv1() {
 fn cuda_queue_conforms_at_lv2() {
     conforms(Level::Lv2);
 }
+
+/// A stop whose kernels all finished on the GPU before anything asked the queue flags them
+/// without reaping (the flag's set comes first); the resume relaunches them, every block skips
+/// itself, and each ran exactly once.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_stop_after_the_work_finished_runs_nothing_twice() {
+    let fx = fixture();
+    fx.device.bind().expect("bind");
+    let mut gpu = Gpu {
+        fx: fx.clone(),
+        counters: HashMap::new(),
+    };
+    let q = gpu.queue(Level::Lv2);
+    let mut log = Vec::new();
+    for seq in 0..3 {
+        let mut command = gpu.kernel(8);
+        q.launch(seq, &mut command, true).expect("launch");
+        log.push(Launched { seq, command });
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    q.deactivate().expect("deactivate");
+    assert!(
+        q.completed() < 3,
+        "the stop reaped the finished kernels: the flag-first path was not taken"
+    );
+    let t = std::time::Instant::now();
+    while !q.settled() {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "the stop never settled"
+        );
+    }
+    q.reactivate(&mut log).expect("reactivate");
+    q.synchronize(3).expect("synchronize");
+    assert_eq!(q.completed(), 3);
+    for seq in 0..3 {
+        let runs = gpu.block_runs(&q, seq);
+        assert!(
+            runs.iter().all(|&r| r == 1),
+            "kernel {seq}: block runs {runs:?}"
+        );
+    }
+}
