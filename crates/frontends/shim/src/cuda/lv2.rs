@@ -77,6 +77,8 @@ pub struct Lv2State {
     pub stop: Stop,
     relaunch: Relaunch,
     stop_event: Option<Handle>,
+    /// `stop_event` was recorded for the current stop (it may come after the flag's set).
+    stop_recorded: bool,
     res: Option<Resources>,
     /// Making the resources failed: guarded kernels run as plain ones on this queue.
     failed: bool,
@@ -96,6 +98,7 @@ impl Lv2State {
             stop: Stop::Running,
             relaunch: Relaunch::default(),
             stop_event: None,
+            stop_recorded: false,
             res: None,
             failed: false,
             slots,
@@ -273,8 +276,6 @@ impl StreamHal {
         }
         let done = g.completed;
         g.lv2.flight.retire_below(done);
-        // The stop event first: if it fails, nothing has changed. It covers everything launched
-        // so far; the flag only makes that end sooner.
         let ev = match g.lv2.stop_event {
             Some(ev) => ev,
             None => {
@@ -283,24 +284,48 @@ impl StreamHal {
                 ev
             }
         };
-        ok("cuEventRecord", driver::cuEventRecord(ev, self.stream))?;
         let flag = match &g.lv2.res {
             Some(r) if flag_is_safe(g.lv2.flight.slots()) => Some((r.flag, r.control)),
             _ => None,
         };
-        if let Some((word, control)) = flag {
-            // The control stream is FIFO: this set lands after any earlier clear.
-            ok(
-                "cuMemsetD32Async",
-                driver::cuMemsetD32Async(word, 1, 1, control),
-            )?;
-            g.lv2.stop = Stop::Flagged;
-            g.lv2.relaunch = Relaunch::default();
-            g.lv2.generation += 1;
-        } else {
+        let Some((word, control)) = flag else {
+            // Nothing changes if this fails.
+            ok("cuEventRecord", driver::cuEventRecord(ev, self.stream))?;
+            g.lv2.stop_recorded = true;
             g.lv2.stop = Stop::Draining;
+            self.note_busy(&g);
+            return Ok(());
+        };
+        // The set is the first driver call, as in `CudaQueue`'s deactivate: whatever comes
+        // before it delays the stop on the GPU. The control stream is FIFO: this set lands after
+        // any earlier clear.
+        ok(
+            "cuMemsetD32Async",
+            driver::cuMemsetD32Async(word, 1, 1, control),
+        )?;
+        g.lv2.stop = Stop::Flagged;
+        g.lv2.relaunch = Relaunch::default();
+        g.lv2.generation += 1;
+        // Nothing reaches the stream while flagged, so the stop event covers the same work
+        // whenever it is recorded; the settle check and the clear record it if this fails.
+        g.lv2.stop_recorded = driver::cuEventRecord(ev, self.stream) == SUCCESS;
+        if !g.lv2.stop_recorded {
+            shim_log!("no stop event after the flag; recorded later");
         }
         self.note_busy(&g);
+        Ok(())
+    }
+
+    /// Records the stop event if the stop has none yet (lock held, context current).
+    fn ensure_stop_recorded(&self, g: &mut State) -> Result<(), HalError> {
+        if g.lv2.stop_recorded {
+            return Ok(());
+        }
+        let Some(ev) = g.lv2.stop_event else {
+            return Err(backend("cuEventRecord", driver::ERROR_INVALID_VALUE));
+        };
+        ok("cuEventRecord", driver::cuEventRecord(ev, self.stream))?;
+        g.lv2.stop_recorded = true;
         Ok(())
     }
 
@@ -345,6 +370,7 @@ impl StreamHal {
     /// event), so that a later set (same stream, FIFO) is never overtaken by this clear; the
     /// queue's stream waits for the clear before the relaunch. Repeating it is harmless.
     fn clear_flag(&self, g: &mut State) -> Result<(), HalError> {
+        self.ensure_stop_recorded(g)?;
         let (Some(r), Some(stop)) = (&g.lv2.res, g.lv2.stop_event) else {
             return Err(backend("reactivate", driver::ERROR_INVALID_VALUE));
         };
@@ -400,14 +426,22 @@ impl StreamHal {
     }
 
     pub(super) fn lv2_settled(&self) -> bool {
-        let g = self.lock();
+        let mut g = self.lock();
         match g.lv2.stop {
             Stop::Running => true,
             Stop::Flagged | Stop::Draining => {
-                g.retired
-                    || g.lv2
-                        .stop_event
-                        .is_none_or(|ev| driver::cuEventQuery(ev) == SUCCESS)
+                if g.retired {
+                    return true;
+                }
+                if !g.lv2.stop_recorded {
+                    let _ctx = CtxGuard::enter(self.ctx);
+                    if self.ensure_stop_recorded(&mut g).is_err() {
+                        return false;
+                    }
+                }
+                g.lv2
+                    .stop_event
+                    .is_none_or(|ev| driver::cuEventQuery(ev) == SUCCESS)
             }
         }
     }
