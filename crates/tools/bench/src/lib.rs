@@ -40,8 +40,9 @@ pub enum Shape {
 ///
 /// The sides of a two-process scenario take it from the process that runs the scenario instead
 /// of measuring it themselves: they start together, and a calibration kernel that shares the GPU
-/// with the other side's runs long, which makes that side's kernels short (a BE measured at 1.6×
-/// its throughput alone: `xp-mps-2proc` in bench/results/2026-11-24-h100-session15/call1).
+/// with the other side's runs long, which makes that side's kernels short: under MPS, one start in
+/// six measured 3.3× too few iterations, and a BE was once reported at 1.6× its throughput alone
+/// (bench/results/2026-11-24-h100-session16.md, section 1).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     /// With the GPU full (8 blocks of 256 per SM): BE kernels.
