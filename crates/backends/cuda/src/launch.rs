@@ -87,7 +87,7 @@ impl CudaQueue {
                 }
             };
             let done = self.done.ptr + slot as u64 * self.cfg.max_units as u64 * 4;
-            guard_vals = [self.flag.ptr(), done, epoch as u64];
+            guard_vals = [self.flag.ptr, done, epoch as u64];
         }
         let guard = if k.guard.is_some() {
             &mut guard_vals[..]

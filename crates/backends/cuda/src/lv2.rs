@@ -13,18 +13,10 @@
 //! skipped, and the watermark stays frozen until every stopped kernel is running again. The pure
 //! bookkeeping (`Flight`, `flag_is_safe`, `relaunch_stopped`) is `xpreempt_hal::lv2`, shared with
 //! the shim's Lv2.
-//!
-//! The flag lives in device memory, or, as an experiment (`CudaQueueConfig::host_flag`), in
-//! pinned host memory that guarded blocks read across the bus ([`Flag`]): a stop is then a store
-//! with no driver call, and the clears stay on the control stream.
 
-use crate::driver::DeviceBuffer;
 use crate::error::{CudaError, Result, cu};
 use crate::kernel::Kernel;
 use crate::queue::{CudaQueue, Inner, Stop};
-use cudarc::driver::sys;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
 pub(crate) use xpreempt_hal::lv2::Relaunch;
 use xpreempt_hal::lv2::{flag_is_safe, relaunch_stopped};
 use xpreempt_types::{Launched, Seq};
@@ -54,44 +46,25 @@ impl CudaQueue {
             g.stop = Stop::Draining;
             return Ok(());
         }
-        match &self.flag {
-            // Every clear has landed, so none can overwrite the store.
-            Flag::Host(h) if h.clears_done() == g.clears_issued => h.set(),
-            // The control stream is FIFO: this set lands after any earlier clear.
-            _ => self.write_flag(1)?,
-        }
+        let set = self.flag_values.word(0)?;
+        // The control stream is FIFO: this set lands after any earlier clear.
+        // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by this
+        // queue and freed only after Drop synchronized the control stream.
+        cu!(cuMemcpyHtoDAsync_v2(
+            self.flag.ptr,
+            set.cast(),
+            4,
+            self.control
+        ))?;
         g.stop = Stop::Flagged;
         g.relaunch = Relaunch::default();
         g.stop_recorded = false;
         // Nothing is launched on the stream while flagged, so the stop event covers the same
-        // work whenever it is recorded; `settled` and the clear record it if this does not (a
-        // host flag's stop leaves it to them, and makes no driver call).
-        if let Flag::Device(_) = self.flag
-            && let Err(e) = self.record_stop(&mut g)
-        {
+        // work whenever it is recorded; `settled` and the clear record it if this fails.
+        if let Err(e) = self.record_stop(&mut g) {
             tracing::warn!(%e, "no stop event after the flag; recorded later");
         }
         Ok(())
-    }
-
-    /// Writes the flag on the control stream.
-    fn write_flag(&self, value: u32) -> Result<()> {
-        match &self.flag {
-            Flag::Device(buf) => {
-                let word = self.flag_values.word(if value == 0 { 1 } else { 0 })?;
-                // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by
-                // this queue and freed only after Drop synchronized the control stream.
-                cu!(cuMemcpyHtoDAsync_v2(buf.ptr, word.cast(), 4, self.control))
-            }
-            // SAFETY: the control stream and the host flag's mapping are this queue's; the
-            // mapping is freed only after Drop synchronized the control stream.
-            Flag::Host(h) => cu!(cuStreamWriteValue32_v2(
-                self.control,
-                h.flag_ptr(),
-                value,
-                0
-            )),
-        }
     }
 
     /// Records the stop event behind everything launched on the queue's stream.
@@ -146,24 +119,20 @@ impl CudaQueue {
     /// so that a later deactivate's set (same stream, FIFO) can never be overtaken by this clear;
     /// the queue stream waits for the clear before the relaunch. Repeating it is harmless.
     fn clear_flag(&self, g: &mut Inner) -> Result<()> {
+        let clear = self.flag_values.word(1)?;
         if !g.stop_recorded {
             self.record_stop(g)?;
         }
         // SAFETY: the control stream and `stop_event` are this queue's, alive until Drop.
         cu!(cuStreamWaitEvent(self.control, g.stop_event, 0))?;
-        self.write_flag(0)?;
-        if let Flag::Host(h) = &self.flag {
-            // Counted before it is written: a failed write leaves the count ahead, and stops go
-            // through the control stream until a later clear's count lands.
-            g.clears_issued = g.clears_issued.wrapping_add(1);
-            // SAFETY: as in `write_flag`.
-            cu!(cuStreamWriteValue32_v2(
-                self.control,
-                h.clears_ptr(),
-                g.clears_issued,
-                0
-            ))?;
-        }
+        // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by this
+        // queue and freed only after Drop synchronized the control stream.
+        cu!(cuMemcpyHtoDAsync_v2(
+            self.flag.ptr,
+            clear.cast(),
+            4,
+            self.control
+        ))?;
         // SAFETY: this queue's event and control stream; the lock is held, so no other record
         // of `clear_event` interleaves.
         cu!(cuEventRecord(g.clear_event, self.control))?;
@@ -200,119 +169,5 @@ impl CudaQueue {
         g.flight.push(seq, slot);
         Self::record_taken(g, ev, seq + 1);
         Ok(())
-    }
-}
-
-/// Where Lv2's flag lives.
-pub(crate) enum Flag {
-    /// Device memory, set and cleared on the control stream.
-    Device(DeviceBuffer),
-    /// Pinned host memory mapped into the device (`CudaQueueConfig::host_flag`).
-    Host(HostFlag),
-}
-
-impl Flag {
-    /// A host flag if asked for and the control stream can write host memory; else (or then, on
-    /// failure, said once per queue) a device flag.
-    pub(crate) fn new(host: bool, control: sys::CUstream) -> Result<Self> {
-        if host {
-            match HostFlag::new(control) {
-                Ok(h) => return Ok(Self::Host(h)),
-                Err(e) => {
-                    tracing::warn!(%e, "no host flag; this queue's flag stays in device memory")
-                }
-            }
-        }
-        Ok(Self::Device(DeviceBuffer::zeroed(4)?))
-    }
-
-    /// The address guarded kernels read.
-    pub(crate) fn ptr(&self) -> u64 {
-        match self {
-            Self::Device(buf) => buf.ptr,
-            Self::Host(h) => h.flag_ptr(),
-        }
-    }
-}
-
-/// Two words of pinned host memory mapped into the device: the flag guarded blocks read, and how
-/// many clears the control stream has made. The queue stores the flag itself only once every
-/// clear it issued has landed; otherwise a clear still on its way would overwrite the store.
-pub(crate) struct HostFlag {
-    words: NonNull<AtomicU32>,
-    device_ptr: u64,
-}
-
-// SAFETY: the host side touches the words only through atomics, and the allocation is owned and
-// freed once, in Drop.
-unsafe impl Send for HostFlag {}
-// SAFETY: as above: `&HostFlag` only does atomic loads and stores.
-unsafe impl Sync for HostFlag {}
-
-impl HostFlag {
-    /// Allocates the words (the caller bound the context) and checks that `control` can write
-    /// them: stream memory operations may be unsupported.
-    fn new(control: sys::CUstream) -> Result<Self> {
-        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: `host` is a live local; DEVICEMAP asks for pinned memory the device can address.
-        cu!(cuMemHostAlloc(&mut host, 8, sys::CU_MEMHOSTALLOC_DEVICEMAP))?;
-        let Some(words) = NonNull::new(host.cast::<AtomicU32>()) else {
-            return Err(CudaError::Driver {
-                call: "cuMemHostAlloc",
-                code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
-            });
-        };
-        // SAFETY: a fresh, page-aligned allocation of 8 bytes that nothing else references yet:
-        // room for two AtomicU32.
-        unsafe {
-            words.as_ptr().write(AtomicU32::new(0));
-            words.as_ptr().add(1).write(AtomicU32::new(0));
-        }
-        let mut flag = Self {
-            words,
-            device_ptr: 0,
-        };
-        let mut dptr: sys::CUdeviceptr = 0;
-        // SAFETY: `dptr` is a live local; `host` is the DEVICEMAP allocation above (freed by
-        // `flag`'s Drop should this fail).
-        cu!(cuMemHostGetDevicePointer_v2(&mut dptr, host, 0))?;
-        flag.device_ptr = dptr;
-        // SAFETY: the caller's control stream; the word is this allocation's second.
-        cu!(cuStreamWriteValue32_v2(control, flag.clears_ptr(), 0, 0))?;
-        // SAFETY: the caller's control stream.
-        cu!(cuStreamSynchronize(control))?;
-        Ok(flag)
-    }
-
-    fn word(&self, i: usize) -> &AtomicU32 {
-        // SAFETY: `i` < 2; both words were initialized in `new` and live until Drop, which
-        // `&self` excludes.
-        unsafe { &*self.words.as_ptr().add(i) }
-    }
-
-    fn flag_ptr(&self) -> u64 {
-        self.device_ptr
-    }
-
-    fn clears_ptr(&self) -> u64 {
-        self.device_ptr + 4
-    }
-
-    /// Stops guarded blocks that start from now on (the store reaches the bus at once).
-    fn set(&self) {
-        self.word(0).store(1, Ordering::SeqCst);
-    }
-
-    /// How many clears the control stream has made (wrapping).
-    fn clears_done(&self) -> u32 {
-        self.word(1).load(Ordering::Acquire)
-    }
-}
-
-impl Drop for HostFlag {
-    fn drop(&mut self) {
-        // SAFETY: frees the allocation `new` made, once. The queue's Drop synchronized its
-        // streams first, so no kernel or control-stream write still uses it.
-        let _ = unsafe { sys::cuMemFreeHost(self.words.as_ptr().cast()) };
     }
 }

@@ -9,7 +9,7 @@
 use crate::driver::{Device, DeviceBuffer, PinnedWords};
 use crate::error::{CudaError, Result, cu};
 use crate::kernel::Kernel;
-use crate::lv2::{Flag, Relaunch};
+use crate::lv2::Relaunch;
 use crate::lv3::Lv3Control;
 use cudarc::driver::sys;
 use std::collections::VecDeque;
@@ -30,10 +30,6 @@ pub struct CudaQueueConfig {
     pub slots: u32,
     /// Most completion words (blocks or items) one guarded launch may use.
     pub max_units: u32,
-    /// Keep Lv2's flag in pinned host memory that guarded blocks read across the bus, so that a
-    /// stop is a store rather than a driver call ([`crate::lv2::Flag`]). An experiment, off by
-    /// default: every guarded block's start then waits for a read of host memory.
-    pub host_flag: bool,
 }
 
 impl Default for CudaQueueConfig {
@@ -43,7 +39,6 @@ impl Default for CudaQueueConfig {
             stream_priority: 0,
             slots: 64,
             max_units: 1 << 18,
-            host_flag: false,
         }
     }
 }
@@ -85,8 +80,6 @@ pub(crate) struct Inner {
     pub(crate) stop_event: sys::CUevent,
     /// `stop_event` was recorded for the current stop (it may come after the flag's set).
     pub(crate) stop_recorded: bool,
-    /// Clears of a host flag handed to the control stream (wrapping).
-    pub(crate) clears_issued: u32,
     /// Recorded on the control stream after the flag is cleared; the queue stream waits on it.
     pub(crate) clear_event: sys::CUevent,
     move_event: sys::CUevent,
@@ -110,7 +103,7 @@ pub struct CudaQueue {
     pub(crate) level: Level,
     inner: Mutex<Inner>,
     pub(crate) control: sys::CUstream,
-    pub(crate) flag: Flag,
+    pub(crate) flag: DeviceBuffer,
     pub(crate) flag_values: PinnedWords,
     pub(crate) done: DeviceBuffer,
     lv3: Option<Arc<Lv3Control>>,
@@ -184,7 +177,6 @@ impl CudaQueue {
             relaunch: Relaunch::default(),
             stop_event: new_event()?,
             stop_recorded: false,
-            clears_issued: 0,
             clear_event: new_event()?,
             move_event: new_event()?,
             next_slot: 0,
@@ -193,7 +185,7 @@ impl CudaQueue {
             pool_warned: false,
         };
         Ok(Self {
-            flag: Flag::new(cfg.host_flag, control)?,
+            flag: DeviceBuffer::zeroed(4)?,
             flag_values: PinnedWords::new(&[1, 0])?,
             done: DeviceBuffer::zeroed(cfg.slots as usize * cfg.max_units as usize * 4)?,
             device,
@@ -208,11 +200,6 @@ impl CudaQueue {
 
     pub fn device(&self) -> &Arc<Device> {
         &self.device
-    }
-
-    /// Whether Lv2's flag is in host memory (asked for with `host_flag`, and available).
-    pub fn host_flag(&self) -> bool {
-        matches!(self.flag, Flag::Host(_))
     }
 
     /// Makes the device's context current on this thread, once per thread.

@@ -111,8 +111,6 @@ struct Gpu {
     fx: Arc<Fixture>,
     /// Counter arrays by device address, one per launched kernel.
     counters: HashMap<u64, DeviceBuffer>,
-    /// Lv2's flag in host memory (`CudaQueueConfig::host_flag`).
-    host_flag: bool,
 }
 
 impl Target for Gpu {
@@ -127,7 +125,6 @@ impl Target for Gpu {
                 // More than a case can have in flight on one queue (at most 48 steps).
                 slots: 64,
                 max_units: 64,
-                host_flag: self.host_flag,
             },
         )
         .expect("CudaQueue");
@@ -164,7 +161,7 @@ impl Target for Gpu {
     }
 }
 
-fn conforms(level: Level, host_flag: bool) {
+fn conforms(level: Level) {
     let fx = fixture();
     fx.device.bind().expect("bind");
     let bounds = Bounds {
@@ -179,7 +176,6 @@ fn conforms(level: Level, host_flag: bool) {
         Gpu {
             fx: fx.clone(),
             counters: HashMap::new(),
-            host_flag,
         }
     };
     if let Err(e) = conformance::run(make, level, bounds) {
@@ -190,31 +186,13 @@ fn conforms(level: Level, host_flag: bool) {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn cuda_queue_conforms_at_lv1() {
-    conforms(Level::Lv1, false);
+    conforms(Level::Lv1);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn cuda_queue_conforms_at_lv2() {
-    conforms(Level::Lv2, false);
-}
-
-/// The same with Lv2's flag in host memory: stops are stores, clears stay on the control stream.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn cuda_queue_conforms_at_lv2_with_a_host_flag() {
-    let fx = fixture();
-    fx.device.bind().expect("bind");
-    let mut gpu = Gpu {
-        fx: fx.clone(),
-        counters: HashMap::new(),
-        host_flag: true,
-    };
-    assert!(
-        gpu.queue(Level::Lv2).hal.host_flag(),
-        "no host flag here: the suite would test the device flag"
-    );
-    conforms(Level::Lv2, true);
+    conforms(Level::Lv2);
 }
 
 /// A stop whose kernels all finished on the GPU before anything asked the queue flags them
@@ -228,7 +206,6 @@ fn a_stop_after_the_work_finished_runs_nothing_twice() {
     let mut gpu = Gpu {
         fx: fx.clone(),
         counters: HashMap::new(),
-        host_flag: false,
     };
     let q = gpu.queue(Level::Lv2);
     let mut log = Vec::new();

@@ -62,8 +62,6 @@ impl QueueSpec {
                 // suspension's relaunch while new commands keep arriving.
                 slots: 2 * self.threshold + 2,
                 max_units: MAX_UNITS,
-                // The host-memory flag experiment, for A/B runs.
-                host_flag: std::env::var("XP_BENCH_HOST_FLAG").is_ok_and(|v| v.trim() == "1"),
             },
         )?;
         Ok(marked(q, marks))

@@ -25,10 +25,6 @@ fn env_on(ordinal: i32) -> Env {
 }
 
 fn queue(e: &Env, level: Level) -> Arc<SharedXQueue<CudaQueue>> {
-    queue_with(e, level, false)
-}
-
-fn queue_with(e: &Env, level: Level, host_flag: bool) -> Arc<SharedXQueue<CudaQueue>> {
     let hal = CudaQueue::new(
         e.device.clone(),
         CudaQueueConfig {
@@ -36,11 +32,9 @@ fn queue_with(e: &Env, level: Level, host_flag: bool) -> Arc<SharedXQueue<CudaQu
             stream_priority: 0,
             slots: 20,
             max_units: 1 << 20,
-            host_flag,
         },
     )
     .expect("queue");
-    assert_eq!(hal.host_flag(), host_flag, "the flag is not where asked");
     let hw = hal.max_level();
     assert!(
         hw >= level.min(Level::Lv2),
@@ -159,19 +153,8 @@ fn every_item_exactly_once_lv2_persistent() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn lv2_relaunch_skips_finished_blocks() {
-    relaunch_skips_finished_blocks(false);
-}
-
-/// The same with the flag in host memory: the stop is a store.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn lv2_relaunch_skips_finished_blocks_with_a_host_flag() {
-    relaunch_skips_finished_blocks(true);
-}
-
-fn relaunch_skips_finished_blocks(host_flag: bool) {
     let e = env();
-    let q = queue_with(&e, Level::Lv2, host_flag);
+    let q = queue(&e, Level::Lv2);
     let blocks = 40 * e.wave; // ~40 waves of 50 us: ~2 ms
     let counts = DeviceBuffer::zeroed(blocks as usize * 4).expect("alloc");
     e.device.bind().expect("bind");
