@@ -1,6 +1,7 @@
 #!/bin/bash
 # Session 16. Two builds carried in .carry/a and .carry/b (see the write-up), alternating on one
-# machine (a1 b1 a2 b2 ...). STEPS picks what runs, in order:
+# machine (a1 b1, b2 a2, a3 b3 ...); with AB=host, build b alone, its Lv2 flag in device memory (a)
+# or in host memory (b, XP_BENCH_HOST_FLAG=1). STEPS picks what runs, in order:
 #   cal    each process's kernel calibration (`bench info`), alone and two started together
 #   tests  the GPU tests of build b (HAL conformance, XQueues over CUDA); before any MPS step,
 #          since the Lv3 test needs time-slicing
@@ -36,7 +37,10 @@ run() { # label scenarios variants [env...]
     for v in $order; do
     late && return
     t=$label-$v-$round
-    env "$@" timeout 150 $C/$v/xpreempt bench lcbe ${LCBE_ARGS:-} --scenarios $s --secs $SECS --label $t --marks $R/marks-$t --out $R/lcbe-$t.json | grep -v "^scenario .*\.\.\.$"
+    bin=$C/$v/xpreempt; ab=()
+    # AB=host: one build (b), the flag in device memory (a) or in host memory (b)
+    if [ "${AB:-build}" = host ]; then bin=$C/b/xpreempt; ab=(XP_BENCH_HOST_FLAG=$([ $v = b ] && echo 1 || echo 0)); fi
+    env "$@" "${ab[@]}" timeout 150 $bin bench lcbe ${LCBE_ARGS:-} --scenarios $s --secs $SECS --label $t --marks $R/marks-$t --out $R/lcbe-$t.json | grep -v "^scenario .*\.\.\.$"
     python3 $C/lcbe-marks.py $R/marks-$t --json $R/marks-$t.json > $R/marks-$t.txt 2>&1
     # Each request's latency (µs), kept for pooling runs: {scenario: [...]}.
     python3 -c "
@@ -72,7 +76,7 @@ for step in $STEPS; do
     lv3) XPREEMPT_BIN=$C/b/xpreempt XPREEMPT_SHIM=$C/b/libxpreempt_shim.so timeout 100 $C/gpu-tests --ignored lv3 2>&1 | grep -E "^test |test result|panicked|stopped" ;;
     ts) [ $MPS = 1 ] && { echo "ts skipped: MPS is on (put ts before any MPS step)"; continue; }
         run ts xp-lv2-1proc,xp-sched-lv2-1proc "a b" ;;
-    mps) [ $MPS = 0 ] && mps_on; run mps be-alone,xp-lv2-1proc,xp-sched-lv2-1proc "a b" CUDA_DEVICE_MAX_CONNECTIONS=32 ;;
+    mps) [ $MPS = 0 ] && mps_on; run mps be-alone,${MPS_EXTRA:-}xp-lv2-1proc,xp-sched-lv2-1proc "a b" CUDA_DEVICE_MAX_CONNECTIONS=32 ;;
     daemon) [ $MPS = 0 ] && mps_on; run daemon be-alone,xp-mps-2proc,xp-daemon-mps-2proc "a b" ;;
     pdaemon) [ $MPS = 0 ] && mps_on; LCBE_ARGS=--persistent ROUNDS=1 run pdaemon be-alone,xp-mps-2proc,xp-daemon-mps-2proc "a b" ;;
     alone) [ $MPS = 0 ] && mps_on; run alone lc-alone,lc-alone-daemon b ;;
