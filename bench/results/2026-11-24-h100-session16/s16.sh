@@ -12,6 +12,7 @@
 #   daemon over MPS (connections unset): the two-process controller against xpreemptd
 #   pdaemon  the same with a persistent BE
 #   alone  LC alone native against LC alone through xpreemptd (build b)
+# VARIANTS="b" runs build b alone where a step would alternate a and b.
 set -u
 C=$(pwd)/.carry; R=/tmp/s16; rm -rf $R; mkdir -p $R
 exec > >(tee $OUT/log.txt) 2>&1
@@ -75,10 +76,10 @@ for step in $STEPS; do
         timeout 300 bash tests/cuda-apps/run.sh /tmp/s16-apps | tail -15 ;;
     lv3) XPREEMPT_BIN=$C/b/xpreempt XPREEMPT_SHIM=$C/b/libxpreempt_shim.so timeout 100 $C/gpu-tests --ignored lv3 2>&1 | grep -E "^test |test result|panicked|stopped" ;;
     ts) [ $MPS = 1 ] && { echo "ts skipped: MPS is on (put ts before any MPS step)"; continue; }
-        run ts xp-lv2-1proc,xp-sched-lv2-1proc "a b" ;;
-    mps) [ $MPS = 0 ] && mps_on; run mps be-alone,${MPS_EXTRA:-}xp-lv2-1proc,xp-sched-lv2-1proc "a b" CUDA_DEVICE_MAX_CONNECTIONS=32 ;;
-    daemon) [ $MPS = 0 ] && mps_on; run daemon be-alone,xp-mps-2proc,xp-daemon-mps-2proc "a b" ;;
-    pdaemon) [ $MPS = 0 ] && mps_on; LCBE_ARGS=--persistent ROUNDS=1 run pdaemon be-alone,xp-mps-2proc,xp-daemon-mps-2proc "a b" ;;
+        run ts xp-lv2-1proc,xp-sched-lv2-1proc "${VARIANTS:-a b}" ;;
+    mps) [ $MPS = 0 ] && mps_on; run mps be-alone,${MPS_EXTRA:-}xp-lv2-1proc,xp-sched-lv2-1proc "${VARIANTS:-a b}" CUDA_DEVICE_MAX_CONNECTIONS=32 ;;
+    daemon) [ $MPS = 0 ] && mps_on; run daemon be-alone,xp-mps-2proc,xp-daemon-mps-2proc "${VARIANTS:-a b}" ;;
+    pdaemon) [ $MPS = 0 ] && mps_on; LCBE_ARGS=--persistent ROUNDS=1 run pdaemon be-alone,xp-mps-2proc,xp-daemon-mps-2proc "${VARIANTS:-a b}" ;;
     alone) [ $MPS = 0 ] && mps_on; run alone lc-alone,lc-alone-daemon b ;;
   esac
 done
