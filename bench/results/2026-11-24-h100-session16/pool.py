@@ -1,19 +1,45 @@
 #!/usr/bin/env python3
-# Pools the per-request LC latencies of a call's runs (lat-<mode>-<a|b>-<round>.json, from s16.sh)
-# and compares the scheduler path with the bench-only controller: p50, p90, p99, and a 95 %
-# bootstrap interval of the p99 difference. usage: pool.py DIR (the unpacked summaries.tgz)
-import json,glob,random,sys
-d=sys.argv[1]
-def q(xs,f): xs=sorted(xs); return xs[min(len(xs)-1,int(f*len(xs)))]
-for mode in ['ts','mps']:
-  for v in ['a','b']:
-    S=[];C=[]
-    for f in sorted(glob.glob(f'{d}/lat-{mode}-{v}-*.json')):
-        j=json.load(open(f)); S+=j['xp-sched-lv2-1proc']; C+=j['xp-lv2-1proc']
-    if not S: continue
-    random.seed(1); diffs=[]
-    for _ in range(300):
-        s=random.choices(S,k=len(S)); c=random.choices(C,k=len(C))
-        diffs.append(q(s,.99)-q(c,.99))
-    diffs.sort()
-    print(f"{mode} {v}: n {len(S)}/{len(C)} p50 sched {q(S,.5):.1f} ctrl {q(C,.5):.1f} | p99 sched {q(S,.99):.1f} ctrl {q(C,.99):.1f} gap {q(S,.99)-q(C,.99):+.1f} (95% {diffs[7]:+.1f}..{diffs[292]:+.1f}) | p90 gap {q(S,.9)-q(C,.9):+.1f}")
+# Pools the per-request LC latencies of a call's runs (lat-<mode>-<a|b>-<round>.json, written by
+# s16.sh) and compares the scheduler path with its reference (the bench-only controller; for
+# "alone", LC alone native): p50, p90, p99, and a 95 % bootstrap interval of the p99 difference.
+# usage: pool.py DIR (an unpacked summaries.tgz)
+import glob
+import json
+import random
+import sys
+
+PAIRS = {  # mode: (reference, scheduler path)
+    "ts": ("xp-lv2-1proc", "xp-sched-lv2-1proc"),
+    "mps": ("xp-lv2-1proc", "xp-sched-lv2-1proc"),
+    "daemon": ("xp-mps-2proc", "xp-daemon-mps-2proc"),
+    "pdaemon": ("xp-mps-2proc", "xp-daemon-mps-2proc"),
+    "alone": ("lc-alone", "lc-alone-daemon"),
+}
+
+
+def q(xs, f):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(f * len(xs)))]
+
+
+d = sys.argv[1]
+for mode, (ref, path) in PAIRS.items():
+    for v in ("a", "b"):
+        s, c = [], []
+        for f in sorted(glob.glob(f"{d}/lat-{mode}-{v}-*.json")):
+            j = json.load(open(f))
+            s += j.get(path, [])
+            c += j.get(ref, [])
+        if not s or not c:
+            continue
+        random.seed(1)
+        diffs = sorted(
+            q(random.choices(s, k=len(s)), 0.99) - q(random.choices(c, k=len(c)), 0.99)
+            for _ in range(300)
+        )
+        print(
+            f"{mode} {v}: n {len(s)}/{len(c)} p50 {q(s, .5):.1f}/{q(c, .5):.1f} "
+            f"p90 {q(s, .9):.1f}/{q(c, .9):.1f} p99 {q(s, .99):.1f}/{q(c, .99):.1f} "
+            f"gap {q(s, .99) - q(c, .99):+.1f} (95% {diffs[7]:+.1f}..{diffs[292]:+.1f}) "
+            f"ratio {q(s, .99) / q(c, .99):.2f}"
+        )
