@@ -7,7 +7,8 @@ launch, up to the submission's return, where the queue reports Ready; and from t
 second), when the stop was first seen settled, how often the BE queue was restarted and
 stopped again during one request (when the first such restart came, from the request's start
 and from the LC's second launch, and the latency of the requests without one), and when it was
-restarted after the request ended, and
+restarted after the request ended, which requests had their stop made on an application's thread
+(in one process, the LC's own) and their latency, and
 (with XP_BENCH_GPU_ELAPSED=1, plain streams) the GPU's own duration of each request. All times
 in µs; quantiles over the measured requests, and the same for the slowest 1 % of them.
 
@@ -59,6 +60,7 @@ def quantiles(xs):
 def scenario(lc, be):
     starts, ends = lc.get("request_start", []), lc.get("request_end", [])
     stops, stop_ends = merged(be, STOP), merged(be, STOP_END)
+    app_stops = be.get("stop_on_app_thread", [])
     restarts, settles = merged(be, RESTART), be.get("settled", [])
     launches, launch_ends = lc.get("launch", []), lc.get("launch_end", [])
     rows = []
@@ -79,8 +81,12 @@ def scenario(lc, be):
             "restart_at": None,
             "restart_after_second_launch": None,
             "stops_during": count_in(stops, s, e),
+            "app_stop_at": None,
             "restart_after_end": None,
         }
+        app_stop = first_in(app_stops, s - 100_000, e)
+        if app_stop is not None:
+            row["app_stop_at"] = (app_stop - s) / 1e3
         restarted = first_in(restarts, s, e)
         if restarted is not None:
             row["restart_at"] = (restarted - s) / 1e3
@@ -122,6 +128,8 @@ def scenario(lc, be):
     out["no_stop_seen"] = sum(r["stop_at"] is None for r in rows)
     out["flapped"] = sum(r["restarts_during"] > 0 for r in rows)
     out["latency_unflapped"] = quantiles(r["latency"] for r in rows if r["restarts_during"] == 0)
+    out["stopped_on_app_thread"] = sum(r["app_stop_at"] is not None for r in rows)
+    out["latency_app_stop"] = quantiles(r["latency"] for r in rows if r["app_stop_at"] is not None)
     for k in keys:
         out[k] = quantiles(r[k] for r in rows)
     out["slowest_1pct"] = {k: quantiles(r[k] for r in slow) for k in ["latency"] + keys}
@@ -152,12 +160,14 @@ def main():
             print(f"{name}: no measured requests")
             continue
         print(f"{name}: {r['requests']} requests, no stop seen {r['no_stop_seen']}, "
-              f"restarted mid-request {r['flapped']}")
+              f"restarted mid-request {r['flapped']}, stopped on an application's thread "
+              f"{r['stopped_on_app_thread']}")
         for k in ["latency", "first_launch", "launch_call", "between_launches", "after_launch", "before_second",
                   "stop_at", "stop_call", "settled_at", "restarts_during", "restart_at",
-                  "restart_after_second_launch", "restart_after_end"]:
+                  "restart_after_second_launch", "restart_after_end", "app_stop_at"]:
             print(f"  {k:<18} p50/p90/p99 {fmt(r[k]):<24} slowest 1% {fmt(r['slowest_1pct'][k])}")
         print(f"  {'latency_unflapped':<18} p50/p90/p99 {fmt(r['latency_unflapped'])}")
+        print(f"  {'latency_app_stop':<18} p50/p90/p99 {fmt(r['latency_app_stop'])}")
         if "gpu_elapsed" in r:
             print(f"  {'gpu_elapsed':<18} p50/p90/p99 {fmt(r['gpu_elapsed'])}")
     if json_out:

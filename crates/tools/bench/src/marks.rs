@@ -43,6 +43,10 @@ pub enum What {
     RestoreEnd,
     /// The first time a stop was seen to have taken effect (the hardware free of the queue).
     Settled,
+    /// A stop (deactivate or interrupt) was made on an application's thread rather than one of
+    /// xpreempt's (named `xpreempt-…`): in one process, the LC's own thread when the preemption
+    /// thread had not taken its announcement by the LC's Ready. Marked with the stop's start.
+    StopOnAppThread,
     /// Not a time: the GPU's own duration (ns) of the request just ended, from timing events
     /// around its launches (`XP_BENCH_GPU_ELAPSED=1`, plain streams only).
     GpuElapsed,
@@ -138,7 +142,15 @@ impl Observer for MarkCalls {
             HalOp::Restore => What::RestoreStart,
         };
         match op {
-            HalOp::Deactivate | HalOp::Interrupt => self.stopping.store(true, Ordering::SeqCst),
+            HalOp::Deactivate | HalOp::Interrupt => {
+                self.stopping.store(true, Ordering::SeqCst);
+                let xpreempt_thread = std::thread::current()
+                    .name()
+                    .is_some_and(|n| n.starts_with("xpreempt-"));
+                if !xpreempt_thread {
+                    self.mark(What::StopOnAppThread);
+                }
+            }
             HalOp::Reactivate | HalOp::Restore => self.stopping.store(false, Ordering::SeqCst),
             HalOp::Launch => {}
         }
@@ -179,7 +191,13 @@ mod tests {
             RefDevice::new().create_queue(Level::Lv2),
             Some(marks.clone()),
         );
-        q.deactivate().ok();
+        // Stopped from one of xpreempt's threads: no StopOnAppThread mark.
+        std::thread::scope(|sc| {
+            std::thread::Builder::new()
+                .name("xpreempt-test".into())
+                .spawn_scoped(sc, || q.deactivate().ok())
+                .unwrap();
+        });
         assert!(q.settled() && q.settled());
         q.reactivate(&mut []).ok();
         marks.value(What::GpuElapsed, 7);
@@ -211,6 +229,22 @@ mod tests {
         );
         assert_eq!(back.pid, std::process::id());
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_stop_on_an_application_thread_is_marked_so() {
+        let marks = Marks::wanted(Some(Path::new("/nonexistent/lc.json"))).unwrap();
+        let q = marked(
+            RefDevice::new().create_queue(Level::Lv2),
+            Some(marks.clone()),
+        );
+        q.deactivate().ok();
+        let seen: Vec<What> = marks.marks.lock().unwrap().iter().map(|m| m.1).collect();
+        assert_eq!(
+            seen[..2],
+            [What::StopOnAppThread, What::DeactivateStart],
+            "the test's own thread is an application's"
+        );
     }
 
     #[test]
