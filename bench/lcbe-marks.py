@@ -8,7 +8,8 @@ second), when the stop was first seen settled, how often the BE queue was restar
 stopped again during one request (when the first such restart came, from the request's start
 and from the LC's second launch, and the latency of the requests without one), and when it was
 restarted after the request ended, which requests had their stop made on an application's thread
-(in one process, the LC's own) and their latency, and
+(in one process, the LC's own) and their latency, how long the announcement to the local
+scheduler took and how the time after the first launch splits around the Ready report, and
 (with XP_BENCH_GPU_ELAPSED=1, plain streams) the GPU's own duration of each request. All times
 in µs; quantiles over the measured requests, and the same for the slowest 1 % of them.
 
@@ -82,6 +83,10 @@ def scenario(lc, be):
             "restart_after_second_launch": None,
             "stops_during": count_in(stops, s, e),
             "app_stop_at": None,
+            "announce_call": None,
+            "to_ready": None,
+            "ready_call": None,
+            "after_ready": None,
             "restart_after_end": None,
         }
         app_stop = first_in(app_stops, s - 100_000, e)
@@ -107,6 +112,20 @@ def scenario(lc, be):
                     row["after_launch"] = (returned - done) / 1e3
                     if second is not None:
                         row["before_second"] = (second - returned) / 1e3
+                    # Inside after_launch (local scheduler only): up to the Ready report, the
+                    # report itself, and what follows it.
+                    ready = first_in(lc.get("ready_start", []), done, returned)
+                    if ready is not None:
+                        row["to_ready"] = (ready - done) / 1e3
+                        ready_end = first_in(lc.get("ready_end", []), ready, returned)
+                        if ready_end is not None:
+                            row["ready_call"] = (ready_end - ready) / 1e3
+                            row["after_ready"] = (returned - ready_end) / 1e3
+            announced = first_in(lc.get("announce_start", []), s, launch or e)
+            if announced is not None:
+                announce_end = first_in(lc.get("announce_end", []), announced, launch or e)
+                if announce_end is not None:
+                    row["announce_call"] = (announce_end - announced) / 1e3
         if stop is not None:
             row["stop_at"] = (stop - s) / 1e3
             end = first_in(stop_ends, stop, e + 10_000_000)
@@ -164,7 +183,8 @@ def main():
               f"{r['stopped_on_app_thread']}")
         for k in ["latency", "first_launch", "launch_call", "between_launches", "after_launch", "before_second",
                   "stop_at", "stop_call", "settled_at", "restarts_during", "restart_at",
-                  "restart_after_second_launch", "restart_after_end", "app_stop_at"]:
+                  "restart_after_second_launch", "restart_after_end", "app_stop_at",
+                  "announce_call", "to_ready", "ready_call", "after_ready"]:
             print(f"  {k:<18} p50/p90/p99 {fmt(r[k]):<24} slowest 1% {fmt(r['slowest_1pct'][k])}")
         print(f"  {'latency_unflapped':<18} p50/p90/p99 {fmt(r['latency_unflapped'])}")
         print(f"  {'latency_app_stop':<18} p50/p90/p99 {fmt(r['latency_app_stop'])}")

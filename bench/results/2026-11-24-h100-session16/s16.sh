@@ -53,7 +53,7 @@ for f in glob.glob(sys.argv[1]+'/*-lc.json'):
     s,e=sorted(by.get('request_start',[])),sorted(by.get('request_end',[]))
     out[os.path.basename(f)[:-8]]=[round((b-a)/1e3,2) for a,b in zip(s,e)]
 json.dump(out,open(sys.argv[2],'w'))" $R/marks-$t $R/lat-$t.json
-    grep -A18 "^xp-" $R/marks-$t.txt | grep -E "^x|latency  |first_launch|after_launch|stop_at|stop_call|app_stop"
+    grep -A22 "^xp-" $R/marks-$t.txt | grep -E "^x|latency  |first_launch|after_launch|stop_at|stop_call|app_stop|announce|ready"
   done; done
 }
 mps_on() {

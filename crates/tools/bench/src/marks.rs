@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use xpreempt_core::QueueId;
+use xpreempt_core::sched::QueueReport;
+use xpreempt_core::xqueue::threaded::{EventSink, ReportSink};
 use xpreempt_hal::HalError;
 use xpreempt_hal::observed::{HalOp, Observed, Observer};
 
@@ -33,6 +36,12 @@ pub enum What {
     LaunchEnd,
     /// A submission to an XQueue returned (after its launch, the queue's reports).
     Submitted,
+    /// The queue announced a submission to its scheduler (before the launch), and that returned.
+    AnnounceStart,
+    AnnounceEnd,
+    /// The queue reported Ready to its scheduler (after the launch), and that returned.
+    ReadyStart,
+    ReadyEnd,
     DeactivateStart,
     DeactivateEnd,
     ReactivateStart,
@@ -101,6 +110,40 @@ impl Marks {
             what: format!("writing marks to {}", path.display()),
             source,
         })
+    }
+}
+
+/// A scheduler's inbox whose announcements and Ready reports are marked: where a queue's
+/// submission spends its time on the scheduler's side.
+pub struct MarkedSink {
+    pub inner: EventSink,
+    pub marks: Arc<Marks>,
+}
+
+impl ReportSink for MarkedSink {
+    fn report(&self, queue: QueueId, report: QueueReport) {
+        let ready = matches!(report, QueueReport::Ready { .. });
+        if ready {
+            self.marks.mark(What::ReadyStart);
+        }
+        self.inner.report(queue, report);
+        if ready {
+            self.marks.mark(What::ReadyEnd);
+        }
+    }
+
+    fn wants_work(&self) -> bool {
+        self.inner.wants_work()
+    }
+
+    fn submitting(&self, queue: QueueId) {
+        self.marks.mark(What::AnnounceStart);
+        self.inner.submitting(queue);
+        self.marks.mark(What::AnnounceEnd);
+    }
+
+    fn submit_failed(&self, queue: QueueId) {
+        self.inner.submit_failed(queue);
     }
 }
 
@@ -244,6 +287,62 @@ mod tests {
             seen[..2],
             [What::StopOnAppThread, What::DeactivateStart],
             "the test's own thread is an application's"
+        );
+    }
+
+    #[test]
+    fn a_marked_sink_marks_announcements_and_readies_and_forwards_everything() {
+        #[derive(Default)]
+        struct Seen(Mutex<Vec<&'static str>>);
+        impl ReportSink for Seen {
+            fn report(&self, _: QueueId, r: QueueReport) {
+                let what = match r {
+                    QueueReport::Ready { .. } => "ready",
+                    _ => "other",
+                };
+                self.0.lock().unwrap().push(what);
+            }
+            fn wants_work(&self) -> bool {
+                true
+            }
+            fn submitting(&self, _: QueueId) {
+                self.0.lock().unwrap().push("announce");
+            }
+            fn submit_failed(&self, _: QueueId) {
+                self.0.lock().unwrap().push("failed");
+            }
+        }
+        let inner = Arc::new(Seen::default());
+        let marks = Marks::wanted(Some(Path::new("/nonexistent/lc.json"))).unwrap();
+        let sink = MarkedSink {
+            inner: inner.clone(),
+            marks: marks.clone(),
+        };
+        let q = QueueId(1);
+        sink.submitting(q);
+        sink.report(
+            q,
+            QueueReport::Ready {
+                pending: 1,
+                generation: 1,
+            },
+        );
+        sink.report(q, QueueReport::Idle { generation: 2 });
+        sink.submit_failed(q);
+        assert!(sink.wants_work());
+        assert_eq!(
+            *inner.0.lock().unwrap(),
+            ["announce", "ready", "other", "failed"]
+        );
+        let seen: Vec<What> = marks.marks.lock().unwrap().iter().map(|m| m.1).collect();
+        assert_eq!(
+            seen,
+            [
+                What::AnnounceStart,
+                What::AnnounceEnd,
+                What::ReadyStart,
+                What::ReadyEnd
+            ]
         );
     }
 

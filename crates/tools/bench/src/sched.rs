@@ -5,7 +5,7 @@
 //! the queues and who suspends them differ.
 
 use crate::control::Control;
-use crate::marks::Marks;
+use crate::marks::{MarkedSink, Marks};
 use crate::queue::{BenchQueue, QueueSpec};
 use crate::requests::LcTarget;
 use crate::roles::{BeResult, BeSpec, LcResult, LcSpec, run_be_on, run_lc_on};
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use xpreempt_core::sched::local::LocalScheduler;
 use xpreempt_core::sched::{DEFAULT_HOT, QueueInfo, Scheduler};
-use xpreempt_core::xqueue::threaded::Preemptible;
+use xpreempt_core::xqueue::threaded::{EventSink, Preemptible};
 use xpreempt_core::{Level, QueueId, policy};
 
 /// Scheduler priorities of the two sides: LC above BE.
@@ -36,14 +36,23 @@ pub fn run_sched_pair(
         .map_or(DEFAULT_HOT, Duration::from_micros);
     let sched = LocalScheduler::start_with(Scheduler::new(policy::by_name(policy_name)?), hot)
         .map_err(BenchError::SchedulerStart)?;
-    let register = |qs: QueueSpec, id: u32, prio: i32, marks| -> Result<Arc<BenchQueue>> {
-        let q = qs.local(env, QueueId(id), Some(sched.sink()), marks)?;
-        sched.register(
-            QueueInfo::new(QueueId(id), prio),
-            q.clone() as Arc<dyn Preemptible>,
-        )?;
-        Ok(q)
-    };
+    let register =
+        |qs: QueueSpec, id: u32, prio: i32, marks: Option<Arc<Marks>>| -> Result<Arc<BenchQueue>> {
+            // With marks, the queue's announcements and Ready reports to the scheduler are marked.
+            let sink: EventSink = match &marks {
+                Some(m) => Arc::new(MarkedSink {
+                    inner: sched.sink(),
+                    marks: m.clone(),
+                }),
+                None => sched.sink(),
+            };
+            let q = qs.local(env, QueueId(id), Some(sink), marks)?;
+            sched.register(
+                QueueInfo::new(QueueId(id), prio),
+                q.clone() as Arc<dyn Preemptible>,
+            )?;
+            Ok(q)
+        };
     // The scheduler needs a preemptible BE queue: Lv2 unless the spec asks for a level.
     let be_qs = be.queue().unwrap_or(QueueSpec {
         level: Level::Lv2,
