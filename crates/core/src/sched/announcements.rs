@@ -7,7 +7,11 @@
 //! thread to apply after its decision, in order: the latency-critical queue's Ready then costs
 //! it a push, not a wait for the decision and the stops (with the stop plan and without the
 //! queue, the Ready took 5.4–13.9 µs at p50 on an H100 host, against 1.1–6.2 with it;
-//! bench/results/2026-11-23-h100-session14.md).
+//! bench/results/2026-11-23-h100-session14.md). A Ready that comes after the thread *decided* on
+//! its announcement is handed to the thread too (and the queue's later reports behind it): it
+//! changes nothing that cannot wait, and deciding it on the submitting thread, under the
+//! scheduler's lock, was most of that thread's work between its first two launches (0.7–3.3 µs at
+//! p50, 7.4–10.5 at p99; bench/results/2026-11-24-h100-session16.md, section 7).
 
 use super::protocol::QueueReport;
 use std::sync::Mutex;
@@ -29,6 +33,10 @@ pub(crate) enum Route {
     TakenBack,
     /// Queued behind its claimed announcement.
     Queued,
+    /// The Ready of a queue whose announcement the thread has decided: handed to that thread (to
+    /// be woken), since it changes nothing that cannot wait and deciding it here would keep the
+    /// submitting thread from its next launch.
+    HandedOver,
     /// Nothing of the queue is handed over: the report is decided here.
     Direct,
 }
@@ -38,13 +46,15 @@ struct Lists {
     waiting: Vec<QueueId>,
     claimed: Vec<QueueId>,
     later: Vec<(QueueId, Later)>,
+    /// Announcements decided on, until their queue's next report.
+    decided: Vec<QueueId>,
 }
 
 #[derive(Default)]
 pub(crate) struct Announcements {
     lists: Mutex<Lists>,
-    /// Waiting plus claimed, set under the lock: a report that finds zero routes itself Direct
-    /// without taking the lock.
+    /// Waiting, claimed and decided, set under the lock: a report that finds zero routes itself
+    /// Direct without taking the lock.
     busy: AtomicUsize,
 }
 
@@ -54,8 +64,10 @@ impl Announcements {
     }
 
     fn count(&self, l: &Lists) {
-        self.busy
-            .store(l.waiting.len() + l.claimed.len(), Ordering::Release);
+        self.busy.store(
+            l.waiting.len() + l.claimed.len() + l.decided.len(),
+            Ordering::Release,
+        );
     }
 
     pub fn announce(&self, queue: QueueId) {
@@ -72,6 +84,19 @@ impl Announcements {
             return Route::Direct;
         }
         let mut l = self.lock();
+        let decided = l.decided.len();
+        l.decided.retain(|&q| q != queue);
+        if l.decided.len() != decided
+            && matches!(what, Later::Report(QueueReport::Ready { .. }))
+            && !l.waiting.contains(&queue)
+        {
+            if !l.claimed.contains(&queue) {
+                l.claimed.push(queue);
+            }
+            l.later.push((queue, what));
+            self.count(&l);
+            return Route::HandedOver;
+        }
         let before = l.waiting.len();
         l.waiting.retain(|&q| q != queue);
         let was_waiting = l.waiting.len() != before;
@@ -87,9 +112,12 @@ impl Announcements {
         }
     }
 
-    /// Whether anything waits to be claimed.
-    pub fn any_waiting(&self) -> bool {
-        self.busy.load(Ordering::Acquire) != 0 && !self.lock().waiting.is_empty()
+    /// Whether anything waits to be claimed or applied.
+    pub fn any_work(&self) -> bool {
+        self.busy.load(Ordering::Acquire) != 0 && {
+            let l = self.lock();
+            !l.waiting.is_empty() || !l.later.is_empty()
+        }
     }
 
     /// The preemption thread takes the waiting announcements to decide on them.
@@ -105,7 +133,8 @@ impl Announcements {
     pub fn finish(&self) -> Vec<(QueueId, Later)> {
         let mut l = self.lock();
         if l.later.is_empty() {
-            l.claimed.clear();
+            let done = std::mem::take(&mut l.claimed);
+            l.decided.extend(done);
             self.count(&l);
         }
         std::mem::take(&mut l.later)
@@ -125,11 +154,11 @@ mod tests {
         let a = Announcements::default();
         assert_eq!(a.route(Q, IDLE), Route::Direct);
         a.announce(Q);
-        assert!(a.any_waiting());
+        assert!(a.any_work());
         assert_eq!(a.route(OTHER, IDLE), Route::Direct);
         assert_eq!(a.route(Q, Later::Withdraw), Route::TakenBack);
         assert_eq!(a.route(Q, IDLE), Route::Direct);
-        assert!(!a.any_waiting());
+        assert!(!a.any_work());
         assert!(a.claim().is_empty());
     }
 
@@ -138,7 +167,7 @@ mod tests {
         let a = Announcements::default();
         a.announce(Q);
         assert_eq!(a.claim(), vec![Q]);
-        assert!(!a.any_waiting());
+        assert!(!a.any_work());
         let ready = Later::Report(QueueReport::Ready {
             pending: 1,
             generation: 1,
@@ -163,5 +192,36 @@ mod tests {
         assert_eq!(a.finish(), vec![(Q, Later::Withdraw)]);
         assert!(a.finish().is_empty());
         assert_eq!(a.route(Q, IDLE), Route::Direct);
+    }
+
+    #[test]
+    fn the_ready_of_a_decided_announcement_is_handed_over_once() {
+        let a = Announcements::default();
+        let ready = Later::Report(QueueReport::Ready {
+            pending: 1,
+            generation: 1,
+        });
+        a.announce(Q);
+        assert_eq!(a.claim(), vec![Q]);
+        assert!(a.finish().is_empty(), "decided, nothing queued behind it");
+        // The queue's Ready comes after the decision: handed to the thread, in order with the
+        // queue's later reports.
+        assert_eq!(a.route(Q, ready), Route::HandedOver);
+        assert!(a.any_work());
+        assert_eq!(a.route(Q, IDLE), Route::Queued);
+        assert_eq!(a.finish(), vec![(Q, ready), (Q, IDLE)]);
+        assert!(a.finish().is_empty());
+        // Its next report goes straight to the scheduler, and so does a Ready of a queue whose
+        // announcement nobody decided.
+        assert_eq!(a.route(Q, IDLE), Route::Direct);
+        assert_eq!(a.route(Q, ready), Route::Direct);
+        assert_eq!(a.route(OTHER, ready), Route::Direct);
+        assert!(!a.any_work());
+        // Decided, then announced again before its Ready: that Ready takes the new one back.
+        a.announce(Q);
+        assert_eq!(a.claim(), vec![Q]);
+        assert!(a.finish().is_empty());
+        a.announce(Q);
+        assert_eq!(a.route(Q, ready), Route::TakenBack);
     }
 }

@@ -67,6 +67,10 @@ impl ReportSink for Sink {
         // report waits behind the decision, and the thread applies it.
         let undecided = match shared.announced.route(queue, Later::Report(report)) {
             Route::Queued => return,
+            Route::HandedOver => {
+                shared.preempter.ring();
+                return;
+            }
             Route::TakenBack => true,
             Route::Direct => false,
         };
@@ -110,8 +114,8 @@ impl ReportSink for Sink {
             return;
         };
         match shared.announced.route(queue, Later::Withdraw) {
-            Route::TakenBack => return, // never decided on
-            Route::Queued => return,    // undone after the decision
+            Route::TakenBack => return,                  // never decided on
+            Route::Queued | Route::HandedOver => return, // undone after the decision
             Route::Direct => {}
         }
         if let Err(e) = shared.run(|d, clock| d.withdraw(queue, clock)) {
@@ -379,7 +383,7 @@ fn run_preempter(shared: &Shared) {
 /// Decides on the announcements handed to this thread, having first stopped what the stop plan
 /// says they stop; then applies what their queues said meanwhile.
 fn decide_announced(shared: &Shared) {
-    if !shared.announced.any_waiting() {
+    if !shared.announced.any_work() {
         return;
     }
     let queues = shared.announced.claim();
