@@ -133,8 +133,11 @@ impl Announcements {
     pub fn finish(&self) -> Vec<(QueueId, Later)> {
         let mut l = self.lock();
         if l.later.is_empty() {
-            let done = std::mem::take(&mut l.claimed);
-            l.decided.extend(done);
+            for q in std::mem::take(&mut l.claimed) {
+                if !l.decided.contains(&q) {
+                    l.decided.push(q);
+                }
+            }
             self.count(&l);
         }
         std::mem::take(&mut l.later)
