@@ -22,19 +22,21 @@ const MAX_UNITS: u32 = 1 << 21;
 /// every submission to an idle queue wakes its watcher), `XP_BENCH_BURST_GAP_US=N` its burst gap
 /// ([`QueueConfig::with_burst_gap`]; 0: off).
 pub fn with_env_overrides(mut config: QueueConfig) -> QueueConfig {
-    let us = |name| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(|us| us.saturating_mul(1_000))
-    };
-    if let Some(ns) = us("XP_BENCH_IDLE_POLL_US") {
+    let ns = |name| env_micros(name).map(|us| us.saturating_mul(1_000));
+    if let Some(ns) = ns("XP_BENCH_IDLE_POLL_US") {
         config = config.with_idle_poll(ns);
     }
-    if let Some(ns) = us("XP_BENCH_BURST_GAP_US") {
+    if let Some(ns) = ns("XP_BENCH_BURST_GAP_US") {
         config = config.with_burst_gap(ns);
     }
     config
+}
+
+/// A setting in µs from the environment variable `name`, if it is set to a number.
+pub(crate) fn env_micros(name: &str) -> Option<u64> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
 /// Every benchmark queue: a CUDA queue whose stops can be marked (`--marks`).

@@ -6,7 +6,7 @@
 
 use crate::control::Control;
 use crate::marks::{MarkedSink, Marks};
-use crate::queue::{BenchQueue, QueueSpec};
+use crate::queue::{BenchQueue, QueueSpec, env_micros};
 use crate::requests::LcTarget;
 use crate::roles::{BeResult, BeSpec, LcResult, LcSpec, run_be_on, run_lc_on};
 use crate::{BenchError, Env, Result};
@@ -30,10 +30,7 @@ pub fn run_sched_pair(
     env.device.bind()?;
     // `XP_BENCH_HOT_US=N`: how long the preemption thread spins after a preemption (0: never,
     // every stop runs on the reporting thread), for A/B runs of one build.
-    let hot = std::env::var("XP_BENCH_HOT_US")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(DEFAULT_HOT, Duration::from_micros);
+    let hot = env_micros("XP_BENCH_HOT_US").map_or(DEFAULT_HOT, Duration::from_micros);
     let sched = LocalScheduler::start_with(Scheduler::new(policy::by_name(policy_name)?), hot)
         .map_err(BenchError::SchedulerStart)?;
     let register =
