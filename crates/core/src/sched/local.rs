@@ -64,7 +64,8 @@ impl ReportSink for Sink {
         };
         // The queue's own report supersedes its announcement if the preemption thread has not
         // taken it yet; taken back first, it cannot land after the report. Once taken, the
-        // report waits behind the decision, and the thread applies it.
+        // report waits behind the decision, and the thread applies it; so does a Ready that
+        // comes after the decision.
         let undecided = match shared.announced.route(queue, Later::Report(report)) {
             Route::Queued => return,
             Route::HandedOver => {
