@@ -12,10 +12,15 @@
 //! changes nothing that cannot wait, and deciding it on the submitting thread, under the
 //! scheduler's lock, was most of that thread's work between its first two launches (0.7–3.3 µs at
 //! p50, 7.4–10.5 at p99; bench/results/2026-11-24-h100-session16.md, section 7).
+//!
+//! The waiting announcements are one word of their own, which the announcing thread writes with
+//! one compare-and-swap and the spinning thread watches: the announcement is on the submitting
+//! thread's path before its first launch, and under a lock shared with the spinning thread it
+//! took 1.1–1.7 µs at p50 on an H100 host (same write-up).
 
 use super::protocol::QueueReport;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use xpreempt_types::QueueId;
 
 /// What an announced queue said while its announcement was being decided on.
@@ -41,9 +46,83 @@ pub(crate) enum Route {
     Direct,
 }
 
+/// Up to two waiting announcements, each half the queue's id + 1 (zero: free), alone on its
+/// cache line (128 bytes: some CPUs fetch lines in pairs) so that only announcing, claiming
+/// and taking back move it between cores.
+#[derive(Default)]
+#[repr(align(128))]
+struct Waiting(AtomicU64);
+
+const HALF: u32 = 32;
+
+fn halves(word: u64) -> [u64; 2] {
+    [word & u64::from(u32::MAX), word >> HALF]
+}
+
+impl Waiting {
+    /// `false` when both halves are taken (or the id has no room): the caller decides itself.
+    fn add(&self, queue: QueueId) -> bool {
+        let Some(tag) = queue.0.checked_add(1).map(u64::from) else {
+            return false;
+        };
+        let mut word = self.0.load(Ordering::SeqCst);
+        loop {
+            let with = match halves(word) {
+                [0, _] => word | tag,
+                [_, 0] => word | tag << HALF,
+                _ => return false,
+            };
+            match self
+                .0
+                .compare_exchange_weak(word, with, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return true,
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    fn holds(&self, queue: QueueId) -> bool {
+        let tag = u64::from(queue.0) + 1;
+        halves(self.0.load(Ordering::SeqCst)).contains(&tag)
+    }
+
+    /// Takes `queue`'s announcements back; whether there was one.
+    fn remove(&self, queue: QueueId) -> bool {
+        let tag = u64::from(queue.0) + 1;
+        let mut word = self.0.load(Ordering::SeqCst);
+        loop {
+            let [low, high] = halves(word);
+            let keep = |half: u64| if half == tag { 0 } else { half };
+            let without = keep(low) | keep(high) << HALF;
+            if without == word {
+                return false;
+            }
+            match self
+                .0
+                .compare_exchange_weak(word, without, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return true,
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    fn take(&self) -> Vec<QueueId> {
+        halves(self.0.swap(0, Ordering::SeqCst))
+            .into_iter()
+            .filter(|&t| t != 0)
+            .map(|t| QueueId((t - 1) as u32))
+            .collect()
+    }
+
+    fn any(&self) -> bool {
+        self.0.load(Ordering::SeqCst) != 0
+    }
+}
+
 #[derive(Default)]
 struct Lists {
-    waiting: Vec<QueueId>,
     claimed: Vec<QueueId>,
     later: Vec<(QueueId, Later)>,
     /// Announcements decided on, until their queue's next report.
@@ -52,9 +131,11 @@ struct Lists {
 
 #[derive(Default)]
 pub(crate) struct Announcements {
+    waiting: Waiting,
     lists: Mutex<Lists>,
-    /// Waiting, claimed and decided, set under the lock: a report that finds zero routes itself
-    /// Direct without taking the lock.
+    /// Claimed and decided, set under the lock (and raised before a claim empties `waiting`): a
+    /// report of a queue that waits in neither finds zero and routes itself Direct without
+    /// taking the lock.
     busy: AtomicUsize,
 }
 
@@ -64,23 +145,22 @@ impl Announcements {
     }
 
     fn count(&self, l: &Lists) {
-        self.busy.store(
-            l.waiting.len() + l.claimed.len() + l.decided.len(),
-            Ordering::Release,
-        );
+        self.busy
+            .store(l.claimed.len() + l.decided.len(), Ordering::SeqCst);
     }
 
-    pub fn announce(&self, queue: QueueId) {
-        let mut l = self.lock();
-        l.waiting.push(queue);
-        self.count(&l);
+    /// Hands `queue`'s announcement to the thread; `false` if there is no room for it (two
+    /// wait already), and the caller decides it itself.
+    pub fn announce(&self, queue: QueueId) -> bool {
+        self.waiting.add(queue)
     }
 
     /// Routes `what` from `queue` (see [`Route`]); queued only if it is. A report supersedes
     /// the queue's announcement that waits, also when it is queued behind an earlier claimed one:
     /// decided after it, that announcement would leave the queue active after its Idle.
     pub fn route(&self, queue: QueueId, what: Later) -> Route {
-        if self.busy.load(Ordering::Acquire) == 0 {
+        // `waiting` first: a claim raises `busy` before it takes the announcements from there.
+        if !self.waiting.holds(queue) && self.busy.load(Ordering::SeqCst) == 0 {
             return Route::Direct;
         }
         let mut l = self.lock();
@@ -88,7 +168,7 @@ impl Announcements {
         l.decided.retain(|&q| q != queue);
         if l.decided.len() != decided
             && matches!(what, Later::Report(QueueReport::Ready { .. }))
-            && !l.waiting.contains(&queue)
+            && !self.waiting.holds(queue)
         {
             if !l.claimed.contains(&queue) {
                 l.claimed.push(queue);
@@ -97,9 +177,7 @@ impl Announcements {
             self.count(&l);
             return Route::HandedOver;
         }
-        let before = l.waiting.len();
-        l.waiting.retain(|&q| q != queue);
-        let was_waiting = l.waiting.len() != before;
+        let was_waiting = self.waiting.remove(queue);
         self.count(&l);
         if l.claimed.contains(&queue) && !(was_waiting && what == Later::Withdraw) {
             l.later.push((queue, what));
@@ -112,35 +190,44 @@ impl Announcements {
         }
     }
 
+    /// Whether an announcement waits; the spinning thread watches this.
+    pub fn any_waiting(&self) -> bool {
+        self.waiting.any()
+    }
+
     /// Whether anything waits to be claimed or applied.
     pub fn any_work(&self) -> bool {
-        self.busy.load(Ordering::Acquire) != 0 && {
-            let l = self.lock();
-            !l.waiting.is_empty() || !l.later.is_empty()
-        }
+        self.waiting.any() || self.busy.load(Ordering::SeqCst) != 0 && !self.lock().later.is_empty()
     }
 
     /// The preemption thread takes the waiting announcements to decide on them.
     pub fn claim(&self) -> Vec<QueueId> {
         let mut l = self.lock();
-        let taken = std::mem::take(&mut l.waiting);
+        self.busy
+            .store(l.claimed.len() + l.decided.len() + 2, Ordering::SeqCst);
+        let taken = self.waiting.take();
         l.claimed.extend_from_slice(&taken);
+        self.count(&l);
         taken
     }
 
     /// After the decisions: what was queued behind the claimed announcements (to apply, then
-    /// call again), or nothing, and then the claims are over.
+    /// call again), or nothing, and then the claims are over. The lists keep their room, so
+    /// that a report queued behind a claim does not allocate on its thread.
     pub fn finish(&self) -> Vec<(QueueId, Later)> {
         let mut l = self.lock();
         if l.later.is_empty() {
-            for q in std::mem::take(&mut l.claimed) {
-                if !l.decided.contains(&q) {
-                    l.decided.push(q);
+            let Lists {
+                claimed, decided, ..
+            } = &mut *l;
+            for q in claimed.drain(..) {
+                if !decided.contains(&q) {
+                    decided.push(q);
                 }
             }
             self.count(&l);
         }
-        std::mem::take(&mut l.later)
+        l.later.drain(..).collect()
     }
 }
 
@@ -226,5 +313,85 @@ mod tests {
         assert!(a.finish().is_empty());
         a.announce(Q);
         assert_eq!(a.route(Q, ready), Route::TakenBack);
+    }
+
+    #[test]
+    fn two_announcements_wait_and_a_third_is_left_to_its_caller() {
+        let a = Announcements::default();
+        assert!(a.announce(Q));
+        assert!(a.announce(OTHER));
+        assert!(!a.announce(QueueId(3)), "both halves are taken");
+        assert!(a.any_waiting());
+        assert_eq!(a.route(Q, IDLE), Route::TakenBack);
+        assert!(a.announce(QueueId(3)), "its half is free again");
+        let mut claimed = a.claim();
+        claimed.sort_by_key(|q| q.0);
+        assert_eq!(claimed, vec![OTHER, QueueId(3)]);
+        assert!(!a.any_waiting());
+        assert!(!a.announce(QueueId(u32::MAX)), "no room for its id");
+    }
+
+    /// The queue's report and the thread's claim race for each announcement: exactly one of
+    /// them gets it, and the report that lost is queued behind the claim and comes back once.
+    #[test]
+    fn each_announcement_is_claimed_or_taken_back_exactly_once() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let a = Arc::new(Announcements::default());
+        let applied = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let claimer = {
+            let (a, applied, stop) = (Arc::clone(&a), Arc::clone(&applied), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut claimed = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    claimed += a.claim().len();
+                    loop {
+                        let later = a.finish();
+                        if later.is_empty() {
+                            break;
+                        }
+                        assert_eq!(later, vec![(Q, IDLE)]);
+                        applied.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                claimed
+            })
+        };
+        let (mut rounds, mut taken_back, mut queued, mut after) = (0, 0, 0, 0);
+        let start = std::time::Instant::now();
+        // Until both have won often, or long enough to say that they do not race.
+        while (taken_back < 100 || queued < 100) && start.elapsed().as_secs() < 10 {
+            rounds += 1;
+            assert!(a.announce(Q));
+            // A launch's length, varied, so that the claim lands on either side of the report.
+            for _ in 0..rounds % 300 {
+                std::hint::spin_loop();
+            }
+            match a.route(Q, IDLE) {
+                Route::TakenBack => taken_back += 1,
+                Route::Queued => queued += 1,
+                Route::Direct => {
+                    // Only after the claim was finished: a claim under way would decide the
+                    // announcement after the report.
+                    let l = a.lock();
+                    assert!(!l.claimed.contains(&Q) && !l.decided.contains(&Q));
+                    after += 1;
+                }
+                Route::HandedOver => panic!("an Idle handed over"),
+            }
+            // As a queue's next announcement would, this one comes after the decision.
+            while applied.load(Ordering::SeqCst) != queued {
+                std::hint::spin_loop();
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+        let claimed = claimer.join().expect("the claiming thread");
+        assert_eq!(claimed, queued + after);
+        assert_eq!(taken_back + claimed, rounds);
+        assert!(
+            taken_back >= 100 && queued >= 100,
+            "no race: {taken_back} taken back, {queued} queued"
+        );
     }
 }

@@ -29,6 +29,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use xpreempt_types::{Nanos, QueueId};
 
+/// Aligned so that the counts of the `Arc` it lives in, which each report's upgrade of a
+/// [`Sink`]'s reference writes, share no cache line with the driver's lock.
+#[repr(align(128))]
 struct Shared {
     driver: Mutex<Driver<LocalQueue>>,
     preempter: Arc<Preempter>,
@@ -102,9 +105,10 @@ impl ReportSink for Sink {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        if shared.preempter.is_spinning() {
-            shared.announced.announce(queue);
-            shared.preempter.ring();
+        if shared.preempter.is_spinning() && shared.announced.announce(queue) {
+            // The spinning thread watches the announcements; if it stopped spinning meanwhile,
+            // it is woken.
+            shared.preempter.nudge();
         } else if let Err(e) = shared.run(|d, clock| d.announce(queue, clock)) {
             tracing::warn!(%e, "announcement ignored");
         }
@@ -364,7 +368,10 @@ fn run_preempter(shared: &Shared) {
             let start = Instant::now();
             // `shutdown` is looked at between slices only: it shares a cache line with what the
             // submitting threads write.
-            while p.bell() == seen && start.elapsed() < SPIN_SLICE {
+            while p.bell() == seen
+                && !shared.announced.any_waiting()
+                && start.elapsed() < SPIN_SLICE
+            {
                 // A pause, not a yield: yielding gained nothing on a quiet machine and lost more
                 // stops on a loaded one (bench/results/2026-11-23-cpu-session8.md).
                 std::hint::spin_loop();

@@ -96,7 +96,11 @@ impl Preempter {
     }
 
     pub fn spinning(&self, on: bool) {
-        self.spinning.store(on, Ordering::SeqCst);
+        // Set on every turn of the thread's loop, read on every submission: a store only when
+        // it changes.
+        if self.spinning.load(Ordering::SeqCst) != on {
+            self.spinning.store(on, Ordering::SeqCst);
+        }
     }
 
     pub fn is_spinning(&self) -> bool {
@@ -108,6 +112,14 @@ impl Preempter {
     /// before its park makes the park return at once).
     pub fn ring(&self) {
         self.bell.fetch_add(1, Ordering::SeqCst);
+        if !self.spinning.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
+    /// Wakes the thread if it does not spin: work was left where it looks before it sleeps
+    /// (an announcement), and it may have looked there already.
+    pub fn nudge(&self) {
         if !self.spinning.load(Ordering::SeqCst) {
             self.wake();
         }
