@@ -36,7 +36,7 @@ struct Shared {
     driver: Mutex<Driver<LocalQueue>>,
     preempter: Arc<Preempter>,
     /// Announcements handed to the spinning preemption thread, not decided on yet.
-    announced: Arc<Announcements>,
+    announced: Announcements,
     /// What an announcement stops at once, as the last decision left things.
     plan: Mutex<Arc<StopPlan>>,
     /// Wakes the timer thread when the next wake-up time moves earlier, or at shutdown.
@@ -54,34 +54,29 @@ pub struct LocalScheduler {
 }
 
 /// Where queues report; holds the scheduler weakly, so queues do not keep a dropped one alive.
-/// What the submit path and a handed-over Ready touch is shared directly, so that they read no
-/// more cache lines than they need (the first submission of a request comes from a thread that
-/// slept, its caches cold): `wants_work`, the announcements and the preemption thread. Reaching
-/// the scheduler through the weak reference costs a write of its `Arc`'s counts.
+/// `wants_work` is shared directly: the submit path reads it without touching the scheduler.
 struct Sink {
     shared: Weak<Shared>,
     wants_work: Arc<AtomicBool>,
-    announced: Arc<Announcements>,
-    preempter: Arc<Preempter>,
 }
 
 impl ReportSink for Sink {
     fn report(&self, queue: QueueId, report: QueueReport) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
         // The queue's own report supersedes its announcement if the preemption thread has not
         // taken it yet; taken back first, it cannot land after the report. Once taken, the
         // report waits behind the decision, and the thread applies it; so does a Ready that
         // comes after the decision.
-        let undecided = match self.announced.route(queue, Later::Report(report)) {
+        let undecided = match shared.announced.route(queue, Later::Report(report)) {
             Route::Queued => return,
             Route::HandedOver => {
-                self.preempter.ring();
+                shared.preempter.ring();
                 return;
             }
             Route::TakenBack => true,
             Route::Direct => false,
-        };
-        let Some(shared) = self.shared.upgrade() else {
-            return;
         };
         let ready = matches!(report, QueueReport::Ready { .. });
         if ready {
@@ -107,29 +102,27 @@ impl ReportSink for Sink {
     /// While the preemption thread spins, it decides on the announcement too, so the
     /// submitting thread goes on to its launch at once.
     fn submitting(&self, queue: QueueId) {
-        if self.preempter.is_spinning() && self.announced.announce(queue) {
-            // The spinning thread watches the announcements; if it stopped spinning meanwhile,
-            // it is woken.
-            self.preempter.nudge();
-            return;
-        }
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        if let Err(e) = shared.run(|d, clock| d.announce(queue, clock)) {
+        if shared.preempter.is_spinning() && shared.announced.announce(queue) {
+            // The spinning thread watches the announcements; if it stopped spinning meanwhile,
+            // it is woken.
+            shared.preempter.nudge();
+        } else if let Err(e) = shared.run(|d, clock| d.announce(queue, clock)) {
             tracing::warn!(%e, "announcement ignored");
         }
     }
 
     fn submit_failed(&self, queue: QueueId) {
-        match self.announced.route(queue, Later::Withdraw) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        match shared.announced.route(queue, Later::Withdraw) {
             Route::TakenBack => return,                  // never decided on
             Route::Queued | Route::HandedOver => return, // undone after the decision
             Route::Direct => {}
         }
-        let Some(shared) = self.shared.upgrade() else {
-            return;
-        };
         if let Err(e) = shared.run(|d, clock| d.withdraw(queue, clock)) {
             tracing::warn!(%e, "withdrawal ignored");
         }
@@ -148,7 +141,7 @@ impl LocalScheduler {
             wants_work: Arc::new(AtomicBool::new(scheduler.wants_work())),
             driver: Mutex::new(Driver::new(scheduler)),
             preempter: Arc::new(Preempter::new(hot)),
-            announced: Arc::default(),
+            announced: Announcements::default(),
             plan: Mutex::new(Arc::default()),
             timer: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -175,8 +168,6 @@ impl LocalScheduler {
         Arc::new(Sink {
             shared: Arc::downgrade(&self.shared),
             wants_work: Arc::clone(&self.shared.wants_work),
-            announced: Arc::clone(&self.shared.announced),
-            preempter: Arc::clone(&self.shared.preempter),
         })
     }
 
