@@ -15,8 +15,9 @@
 //!
 //! The waiting announcements are one word of their own, which the announcing thread writes with
 //! one compare-and-swap and the spinning thread watches: the announcement is on the submitting
-//! thread's path before its first launch, and under a lock shared with the spinning thread it
-//! took 1.1–1.7 µs at p50 on an H100 host (same write-up).
+//! thread's path before its first launch. Under a lock shared with the spinning thread it took
+//! 1.1–1.9 µs at p50 on H100 hosts, and 0.5–0.9 µs this way
+//! (bench/results/2026-11-24-h100-session17.md, section 3).
 
 use super::protocol::QueueReport;
 use std::sync::Mutex;
