@@ -8,8 +8,9 @@ second), when the stop was first seen settled, how often the BE queue was restar
 stopped again during one request (when the first such restart came, from the request's start
 and from the LC's second launch, and the latency of the requests without one), and when it was
 restarted after the request ended, which requests had their stop made on an application's thread
-(in one process, the LC's own) and their latency, how long the announcement to the local
-scheduler took and how the time after the first launch splits around the Ready report, and
+(in one process, the LC's own) and their latency, when the announcement to the local
+scheduler came, how long it took and how long after it the stop started, how the time after
+the first launch splits around the Ready report, and
 (with XP_BENCH_GPU_ELAPSED=1, plain streams) the GPU's own duration of each request. All times
 in µs; quantiles over the measured requests, and the same for the slowest 1 % of them.
 
@@ -83,7 +84,9 @@ def scenario(lc, be):
             "restart_after_second_launch": None,
             "stops_during": count_in(stops, s, e),
             "app_stop_at": None,
+            "to_announce": None,
             "announce_call": None,
+            "stop_after_announce": None,
             "to_ready": None,
             "ready_call": None,
             "after_ready": None,
@@ -123,9 +126,12 @@ def scenario(lc, be):
                             row["after_ready"] = (returned - ready_end) / 1e3
             announced = first_in(lc.get("announce_start", []), s, launch or e)
             if announced is not None:
+                row["to_announce"] = (announced - s) / 1e3
                 announce_end = first_in(lc.get("announce_end", []), announced, launch or e)
                 if announce_end is not None:
                     row["announce_call"] = (announce_end - announced) / 1e3
+                    if stop is not None and stop >= announce_end:
+                        row["stop_after_announce"] = (stop - announce_end) / 1e3
         if stop is not None:
             row["stop_at"] = (stop - s) / 1e3
             end = first_in(stop_ends, stop, e + 10_000_000)
@@ -184,7 +190,8 @@ def main():
         for k in ["latency", "first_launch", "launch_call", "between_launches", "after_launch", "before_second",
                   "stop_at", "stop_call", "settled_at", "restarts_during", "restart_at",
                   "restart_after_second_launch", "restart_after_end", "app_stop_at",
-                  "announce_call", "to_ready", "ready_call", "after_ready"]:
+                  "to_announce", "announce_call", "stop_after_announce", "to_ready", "ready_call",
+                  "after_ready"]:
             print(f"  {k:<18} p50/p90/p99 {fmt(r[k]):<24} slowest 1% {fmt(r['slowest_1pct'][k])}")
         print(f"  {'latency_unflapped':<18} p50/p90/p99 {fmt(r['latency_unflapped'])}")
         print(f"  {'latency_app_stop':<18} p50/p90/p99 {fmt(r['latency_app_stop'])}")
