@@ -3,7 +3,8 @@
 # KEEP=1: for each run, the mean of each part of a request in bands of its latency (p0-50,
 # p90-99, p99-100), controller against scheduler; then, through the scheduler, how long after
 # the LC's announcement the BE's stop call started and how long after the request's start the
-# announcement came (p50/p90/p99). Reads the marks with bench/lcbe-marks.py.
+# announcement came (p50/p90/p99), and whether the BE was in a launch call at the announcement.
+# Reads the marks with bench/lcbe-marks.py.
 # usage: bands.py DIR MARKS-DIR... (DIR: the repository's bench/ folder; MARKS-DIR: an unpacked
 # summaries.tgz's marks-<mode>-<build>-<round>)
 import bisect
@@ -69,3 +70,19 @@ for d in sys.argv[2:]:
             before.append((starts[i] - s) / 1e3)
     fmt = lambda xs: "/".join(f"{q(xs, f):.1f}" for f in (0.5, 0.9, 0.99))
     print(f"{Path(d).name} announcement to the BE's stop {fmt(after)}; request start to announcement {fmt(before)}")
+    # Whether the BE queue was in a launch call (which holds its queue's lock) when the LC
+    # announced, and how long the stop took to start then and otherwise.
+    launches, ends = be.get("launch", []), be.get("launch_end", [])
+    busy, free = [], []
+    for a in lc.get("announce_end", []):
+        i = bisect.bisect_left(stops, a)
+        if i == len(stops) or stops[i] - a > 100_000:
+            continue
+        j = bisect.bisect_right(launches, a) - 1
+        k = bisect.bisect_left(ends, launches[j]) if j >= 0 else len(ends)
+        (busy if k < len(ends) and ends[k] > a else free).append((stops[i] - a) / 1e3)
+    calls = [(ends[k] - t) / 1e3 for t in launches if (k := bisect.bisect_left(ends, t)) < len(ends)]
+    print(
+        f"{Path(d).name} BE in a launch call at the announcement: {len(busy)} of {len(busy) + len(free)};"
+        f" stop after the announcement then {fmt(busy)}, otherwise {fmt(free)}; BE launch call {fmt(calls)}"
+    )
