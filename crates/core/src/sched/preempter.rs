@@ -112,9 +112,7 @@ impl Preempter {
     /// before its park makes the park return at once).
     pub fn ring(&self) {
         self.bell.fetch_add(1, Ordering::SeqCst);
-        if !self.spinning.load(Ordering::SeqCst) {
-            self.wake();
-        }
+        self.nudge();
     }
 
     /// Wakes the thread if it does not spin: work was left where it looks before it sleeps
