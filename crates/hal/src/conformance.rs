@@ -4,7 +4,9 @@
 //! - every launched command completes exactly once: each of its blocks ran once, none twice;
 //! - the completion watermark never goes back and never passes what was launched;
 //! - a stopped queue (Lv2 `deactivate`, Lv3 `interrupt`) makes no progress once settled;
-//! - `reactivate` / `restore` with the in-flight log finish the work without resubmission.
+//! - `reactivate` / `restore` with the in-flight log finish the work without resubmission;
+//! - a Lv2 `stop_ahead` followed (after more launches, maybe) by `deactivate` stops and
+//!   restarts like a plain `deactivate`.
 //!
 //! A backend runs it from its own tests with a [`Target`] that makes queues and kernels and lets
 //! its hardware (real or modelled) make progress.
@@ -42,6 +44,8 @@ pub enum Step {
     },
     Advance(u64),
     Stop(usize),
+    /// `stop_ahead` (Lv2); the next stop or restart of the queue deactivates first.
+    StopAhead(usize),
     Restart(usize),
 }
 
@@ -72,6 +76,7 @@ fn steps(bounds: Bounds) -> impl Strategy<Value = Vec<Step>> {
             .prop_map(|(queue, blocks, sync)| Step::Launch { queue, blocks, sync }),
         3 => (0..=bounds.max_advance_ns).prop_map(Step::Advance),
         1 => (0usize..2).prop_map(Step::Stop),
+        1 => (0usize..2).prop_map(Step::StopAhead),
         1 => (0usize..2).prop_map(Step::Restart),
     ];
     prop::collection::vec(step, 1..48)
@@ -102,6 +107,8 @@ struct Lane<Q: HwQueue> {
     launched: Seq,
     watermark: Seq,
     stopped: bool,
+    /// A `stop_ahead` was made and awaits its `deactivate`.
+    ahead: bool,
 }
 
 impl<Q: HwQueue> Lane<Q> {
@@ -124,7 +131,26 @@ impl<Q: HwQueue> Lane<Q> {
         Ok(())
     }
 
+    fn stop(&mut self) -> Result<(), TestCaseError> {
+        if self.stopped || self.level == Level::Lv1 {
+            return Ok(());
+        }
+        self.observe()?;
+        let result = if self.level == Level::Lv3 {
+            self.hal.interrupt()
+        } else {
+            self.hal.deactivate()
+        };
+        result.map_err(|e| hal_failure("stop", &e))?;
+        self.stopped = true;
+        self.ahead = false;
+        Ok(())
+    }
+
     fn restart(&mut self) -> Result<(), TestCaseError> {
+        if self.ahead {
+            self.stop()?;
+        }
         if !self.stopped {
             return Ok(());
         }
@@ -155,6 +181,7 @@ fn play<T: Target>(
                 launched: 0,
                 watermark: 0,
                 stopped: false,
+                ahead: false,
             }
         })
         .collect();
@@ -172,9 +199,12 @@ fn play<T: Target>(
                 }
                 let mut command = target.kernel(blocks);
                 let seq = lane.launched;
-                lane.hal
-                    .launch(seq, &mut command, sync)
-                    .map_err(|e| hal_failure("launch", &e))?;
+                match lane.hal.launch(seq, &mut command, sync) {
+                    Ok(()) => {}
+                    // Held back behind a stop ahead: not launched, and the seq is free again.
+                    Err(HalError::Stopping(_)) if lane.ahead => continue,
+                    Err(e) => return Err(hal_failure("launch", &e)),
+                }
                 lane.launched += 1;
                 lane.log.push(Launched { seq, command });
             }
@@ -196,19 +226,14 @@ fn play<T: Target>(
                     }
                 }
             }
-            Step::Stop(queue) => {
+            Step::Stop(queue) => lanes[queue].stop()?,
+            Step::StopAhead(queue) => {
                 let lane = &mut lanes[queue];
-                if lane.stopped || lane.level == Level::Lv1 {
+                if lane.stopped || lane.ahead || lane.level != Level::Lv2 {
                     continue;
                 }
                 lane.observe()?;
-                let result = if lane.level == Level::Lv3 {
-                    lane.hal.interrupt()
-                } else {
-                    lane.hal.deactivate()
-                };
-                result.map_err(|e| hal_failure("stop", &e))?;
-                lane.stopped = true;
+                lane.ahead = lane.hal.stop_ahead();
             }
             Step::Restart(queue) => lanes[queue].restart()?,
         }

@@ -21,6 +21,7 @@ pub mod observed;
 pub mod placement;
 #[cfg(feature = "reference")]
 pub mod reference;
+pub mod stop_gate;
 pub mod sync_events;
 
 pub use xpreempt_types::{Command, Launched, Level, Seq};
@@ -51,6 +52,11 @@ pub enum HalError {
         #[source]
         source: BackendError,
     },
+    /// Not launched: a stop ahead of this queue is under way ([`HwQueue::stop_ahead`]), and the
+    /// command could not be stopped with the rest. Nothing reached the hardware; the command
+    /// waits for the suspension that follows.
+    #[error("{0} held back: a stop of this queue is under way")]
+    Stopping(&'static str),
     /// The hardware or its driver failed.
     #[error("{op} failed in the backend")]
     Backend {
@@ -143,6 +149,17 @@ pub trait HwQueue {
     }
 
     // ---- Lv2 ----
+
+    /// Starts a Lv2 stop of the in-flight work at once, from any thread, concurrently with any
+    /// other call (a launch under way included): the caller has not taken the queue's lock yet.
+    /// `false`: nothing was done (nothing in flight that a stop could safely stop, a stop already
+    /// made, or a backend without it). `true`: the stop is under way, as if `deactivate` had been
+    /// called (a command it stops is not counted complete), and a launch of a command that
+    /// cannot be stopped with the rest fails with [`HalError::Stopping`]; the caller must follow
+    /// with [`HwQueue::deactivate`], which then takes the stop over and does not fail.
+    fn stop_ahead(&self) -> bool {
+        false
+    }
 
     /// Stops in-flight deactivatable work at the next block/workgroup boundary; finished blocks
     /// stay finished. Non-deactivatable work already launched runs to completion.

@@ -29,15 +29,27 @@ pub struct Relaunch {
 /// Whether the window may be stopped by the flag: it holds a guarded kernel, and no unguarded
 /// command follows a guarded one.
 pub fn flag_is_safe(slots: impl Iterator<Item = Option<u32>>) -> bool {
+    let (clean, guarded) = scan(slots);
+    clean && guarded
+}
+
+/// Whether no unguarded command follows a guarded kernel in the window: a guarded kernel
+/// launched behind it leaves the window safe to flag.
+pub fn is_clean(slots: impl Iterator<Item = Option<u32>>) -> bool {
+    scan(slots).0
+}
+
+/// (no unguarded command follows a guarded kernel, a guarded kernel is in the window)
+fn scan(slots: impl Iterator<Item = Option<u32>>) -> (bool, bool) {
     let mut seen_guarded = false;
     for slot in slots {
         if slot.is_some() {
             seen_guarded = true;
         } else if seen_guarded {
-            return false;
+            return (false, true);
         }
     }
-    seen_guarded
+    (true, seen_guarded)
 }
 
 /// Walks the log from `*next`: `step(seq, Some(kernel))` for each guarded kernel (relaunch it),
@@ -151,6 +163,8 @@ mod tests {
         assert!(!flag_is_safe([Some(0), None, Some(1)].into_iter()));
         assert!(!flag_is_safe([None, None].into_iter()), "nothing to stop");
         assert!(!flag_is_safe(std::iter::empty()));
+        assert!(is_clean([None, Some(0)].into_iter()) && is_clean(std::iter::empty()));
+        assert!(!is_clean([Some(0), None].into_iter()));
     }
 
     /// Kernel payload of the test: (id, guarded).

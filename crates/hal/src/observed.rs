@@ -42,6 +42,14 @@ impl<H, O> Observed<H, O> {
     pub fn new(inner: H, observer: O) -> Self {
         Self { inner, observer }
     }
+
+    pub fn inner(&self) -> &H {
+        &self.inner
+    }
+
+    pub fn observer(&self) -> &O {
+        &self.observer
+    }
 }
 
 impl<H: HwQueue, O: Observer> Observed<H, O> {
@@ -91,6 +99,10 @@ impl<H: HwQueue, O: Observer> HwQueue for Observed<H, O> {
         let settled = self.inner.settled();
         self.observer.settled(settled);
         settled
+    }
+
+    fn stop_ahead(&self) -> bool {
+        self.inner.stop_ahead()
     }
 
     fn deactivate(&self) -> Result<(), HalError> {

@@ -201,6 +201,18 @@ impl RefQueue {
         &self.device
     }
 
+    /// Lv2: stops at the next block boundary of a deactivatable kernel (at once if nothing of
+    /// this queue runs).
+    fn stop_at_boundary(&self, st: &mut DeviceState) {
+        let running_here = st.running.is_some_and(|(i, _)| i == self.index);
+        let q = &mut st.queues[self.index];
+        if running_here {
+            q.stop_requested = true;
+        } else {
+            q.stopped = Some(Level::Lv2);
+        }
+    }
+
     fn check_log(q: &QueueSim, log: &[Launched<RefKernel>]) -> Result<(), HalError> {
         let device_seqs = q.launched.iter().map(|w| w.seq);
         if !device_seqs.eq(log.iter().map(|e| e.seq)) {
@@ -278,18 +290,25 @@ impl HwQueue for RefQueue {
         !q.stop_requested
     }
 
+    /// The device holds no lock a launch keeps, so a stop ahead is a deactivate made early.
+    fn stop_ahead(&self) -> bool {
+        if self.level < Level::Lv2 {
+            return false;
+        }
+        let mut st = self.device.lock();
+        let q = &st.queues[self.index];
+        if q.launched.is_empty() || q.stopped.is_some() || q.stop_requested {
+            return false;
+        }
+        self.stop_at_boundary(&mut st);
+        true
+    }
+
     fn deactivate(&self) -> Result<(), HalError> {
         if self.level < Level::Lv2 {
             return Err(self.unsupported("deactivate", Level::Lv2));
         }
-        let mut st = self.device.lock();
-        let running_here = st.running.is_some_and(|(i, _)| i == self.index);
-        let q = &mut st.queues[self.index];
-        if running_here {
-            q.stop_requested = true;
-        } else {
-            q.stopped = Some(Level::Lv2);
-        }
+        self.stop_at_boundary(&mut self.device.lock());
         Ok(())
     }
 

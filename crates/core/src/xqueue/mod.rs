@@ -210,13 +210,18 @@ impl<P> XQueue<P> {
         let seq = self.next_seq;
         let entry = Launched { seq, command };
         if self.pending.is_empty() && self.window_open() {
-            if let Err((source, entry)) = self.launch(hal, entry) {
-                return Err(SubmitError {
-                    queue: self.id,
-                    seq,
-                    source,
-                    command: entry.command,
-                });
+            match self.launch(hal, entry) {
+                Ok(()) => {}
+                // A stop ahead is under way: the command waits for the suspension after it.
+                Err((HalError::Stopping(_), entry)) => self.pending.push_back(entry),
+                Err((source, entry)) => {
+                    return Err(SubmitError {
+                        queue: self.id,
+                        seq,
+                        source,
+                        command: entry.command,
+                    });
+                }
             }
         } else {
             self.pending.push_back(entry);
@@ -286,6 +291,9 @@ impl<P> XQueue<P> {
                 };
                 if let Err((source, entry)) = self.launch(hal, entry) {
                     self.pending.push_front(entry);
+                    if let HalError::Stopping(_) = source {
+                        break; // the suspension after the stop ahead takes over
+                    }
                     return Err(self.op_error("launch", source));
                 }
                 self.stats.buffered_launches += 1;
@@ -301,7 +309,30 @@ impl<P> XQueue<P> {
         hal: &H,
         now: Nanos,
     ) -> Result<bool, QueueOpError> {
+        self.suspend_after(hal, now, false)
+    }
+
+    /// Whether [`HwQueue::stop_ahead`] may be tried before [`Self::suspend_after`]: only a Lv2
+    /// queue stops through `deactivate`.
+    pub fn stops_ahead(&self) -> bool {
+        self.level == Level::Lv2
+    }
+
+    /// [`Self::suspend`] after the caller tried [`HwQueue::stop_ahead`] (before it took the
+    /// queue's lock): a stop ahead that was made (`ahead`) is always followed by `deactivate`,
+    /// whatever else this suspension finds, since the backend holds the stop until then.
+    pub fn suspend_after<H: HwQueue<Payload = P>>(
+        &mut self,
+        hal: &H,
+        now: Nanos,
+        ahead: bool,
+    ) -> Result<bool, QueueOpError> {
         if self.suspended {
+            if ahead && self.hw_stopped.is_none() {
+                // Suspended already, but not by the hardware (a failed stop drains): the stop
+                // ahead is this suspension's now.
+                self.stop_hardware(hal)?;
+            }
             return Ok(false);
         }
         self.suspended = true;
@@ -310,8 +341,18 @@ impl<P> XQueue<P> {
         self.reap(hal);
         // A queue with nothing in flight stops at once; timing it would only add zeros.
         self.stopping_since = (!self.in_flight.is_empty()).then_some(now);
-        let mut result = Ok(true);
-        if !self.in_flight.is_empty() && self.level >= Level::Lv2 {
+        let result = if (ahead || !self.in_flight.is_empty()) && self.level >= Level::Lv2 {
+            self.stop_hardware(hal).map(|()| true)
+        } else {
+            Ok(true)
+        };
+        self.note_settled(hal, now);
+        result
+    }
+
+    /// Lv2 `deactivate` or Lv3 `interrupt`; a failure leaves the suspension draining at Lv1.
+    fn stop_hardware<H: HwQueue<Payload = P>>(&mut self, hal: &H) -> Result<(), QueueOpError> {
+        if self.level >= Level::Lv2 {
             let (op, outcome) = if self.level == Level::Lv3 {
                 ("interrupt", hal.interrupt())
             } else {
@@ -322,12 +363,11 @@ impl<P> XQueue<P> {
                 Err(source) => {
                     tracing::warn!(queue = %self.id, op, %source, "hardware stop failed; this suspension drains at Lv1");
                     self.stats.hal_errors += 1;
-                    result = Err(self.op_error(op, source));
+                    return Err(self.op_error(op, source));
                 }
             }
         }
-        self.note_settled(hal, now);
-        result
+        Ok(())
     }
 
     /// Lets the queue run again from where it stopped: restores or reactivates what the hardware
@@ -506,5 +546,7 @@ impl<P> XQueue<P> {
     }
 }
 
+#[cfg(test)]
+mod stop_ahead_tests;
 #[cfg(test)]
 mod tests;

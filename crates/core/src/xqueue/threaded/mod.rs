@@ -94,6 +94,8 @@ struct Inner<H: HwQueue> {
     in_calls: AtomicU32,
     submit_returned: AtomicU64,
     shutdown: AtomicBool,
+    /// The queue stops through Lv2's `deactivate`, so a suspension tries `stop_ahead` first.
+    stops_ahead: bool,
     epoch: Instant,
     sink: Option<EventSink>,
 }
@@ -121,6 +123,7 @@ where
     pub fn new(queue: XQueue<H::Payload>, hal: H, sink: Option<EventSink>) -> Self {
         let id = queue.id();
         let burst_gap = queue.config().burst_gap_ns();
+        let stops_ahead = queue.stops_ahead();
         let inner = Arc::new(Inner {
             hal,
             queue: Mutex::new(queue),
@@ -134,6 +137,7 @@ where
             in_calls: AtomicU32::new(0),
             submit_returned: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
+            stops_ahead,
             epoch: Instant::now(),
             sink,
         });
@@ -362,11 +366,13 @@ where
     }
 
     fn suspend(&self) -> Result<Option<QueueReport>, QueueOpError> {
+        // Before the lock, which the queue's own launch holds through its driver call.
+        let ahead = self.inner.stops_ahead && self.inner.hal.stop_ahead();
         let now = self.inner.now();
         let report = {
             let mut q = self.inner.lock();
             self.inner.hold_idle(&mut q, now);
-            q.suspend(&self.inner.hal, now)?;
+            q.suspend_after(&self.inner.hal, now, ahead)?;
             q.poll(&self.inner.hal, now)?
         };
         self.inner.work.notify_one();
