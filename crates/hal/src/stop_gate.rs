@@ -72,7 +72,8 @@ impl StopGate {
     /// stopped with the rest).
     pub fn before_launch(&self, guarded: bool, stoppable_after: bool) -> bool {
         if guarded {
-            if stoppable_after {
+            // Looked at first: the gate is open already on most launches of a busy queue.
+            if stoppable_after && self.0.load(SeqCst) == 0 {
                 let _ = self.0.compare_exchange(0, OPEN, SeqCst, SeqCst);
             }
             return true;

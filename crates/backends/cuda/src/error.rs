@@ -34,8 +34,6 @@ pub enum CudaError {
     },
     #[error("{given} kernel arguments, at most {max} are supported")]
     TooManyArgs { given: usize, max: usize },
-    #[error("pinned word {index} out of {len}")]
-    PinnedIndex { index: usize, len: usize },
     #[error("guarded kernel needs {units} completion words, the queue has {max_units}")]
     GuardTooLarge { units: u32, max_units: u32 },
     #[error(
@@ -54,6 +52,11 @@ pub enum CudaError {
     ReactivateAfterInterrupt,
     #[error("synchronize({upto}) beyond the last launch ({launched})")]
     SyncBeyondLaunch { upto: u64, launched: u64 },
+    /// A stop ahead is under way and the command would not be stopped with the rest.
+    #[error("launch held back: a stop of this queue is under way")]
+    Stopping,
+    #[error("a stop ahead awaits its deactivate")]
+    StopAheadPending,
 }
 
 impl CudaError {
@@ -69,12 +72,15 @@ impl CudaError {
                 | CudaError::UnsupportedCommand(_)
                 | CudaError::ReactivateAfterInterrupt
                 | CudaError::SyncBeyondLaunch { .. }
+                | CudaError::StopAheadPending
         )
     }
 
     /// The HAL error of operation `op`, keeping this one as its source.
     pub fn into_hal(self, op: &'static str) -> HalError {
-        if self.is_refusal() {
+        if let CudaError::Stopping = self {
+            HalError::Stopping(op)
+        } else if self.is_refusal() {
             HalError::refused(op, self)
         } else {
             HalError::backend(op, self)

@@ -7,6 +7,10 @@
 //! kernel would otherwise run before the kernel's remaining blocks); otherwise that suspension
 //! drains like Lv1.
 //!
+//! A stop ahead (`stop_ahead`) sets the flag before the queue's lock, through the gate of
+//! `xpreempt_hal::stop_gate`, so that a stop need not wait for a launch under way; the deactivate
+//! that follows takes it over.
+//!
 //! `reactivate` clears the flag and relaunches the stopped kernels (finished blocks skip
 //! themselves). It may fail part-way; the queue then stays `Flagged` and remembers how far it
 //! got (`Relaunch`), so that a retry relaunches exactly what is missing: nothing twice, nothing
@@ -19,9 +23,40 @@ use crate::kernel::Kernel;
 use crate::queue::{CudaQueue, Inner, Stop};
 pub(crate) use xpreempt_hal::lv2::Relaunch;
 use xpreempt_hal::lv2::{flag_is_safe, relaunch_stopped};
+use xpreempt_hal::stop_gate::Closed;
 use xpreempt_types::{Launched, Seq};
 
 impl CudaQueue {
+    /// Writes `value` into the flag on the control stream: a memset, not a copy from a pinned
+    /// word, since it cost the calling thread 0.0–0.8 µs less at p50 on an H100
+    /// (`bench/results/2026-11-24-h100-session18.md`).
+    fn write_flag(&self, value: u32) -> Result<()> {
+        // SAFETY: one 4-byte word, the flag, owned by this queue and freed only after Drop
+        // synchronized the control stream.
+        cu!(cuMemsetD32Async(self.flag.ptr, value, 1, self.control))
+    }
+
+    /// Sets the flag without the queue's lock, if the gate is open (the caller checked the
+    /// level). The control stream is FIFO and the gate stays closed from a deactivate until its
+    /// reactivate has issued the clear, so this set never lands before an earlier clear.
+    pub(crate) fn lv2_stop_ahead(&self) -> bool {
+        if !self.gate.try_raise() {
+            return false;
+        }
+        match self.bind().and_then(|()| self.write_flag(1)) {
+            Ok(()) => {
+                self.gate.raised();
+                true
+            }
+            Err(e) => {
+                tracing::warn!(%e, "stop ahead: the flag was not set; the deactivate sets it");
+                self.gate.raise_failed();
+                self.settle(&self.lock());
+                false
+            }
+        }
+    }
+
     /// Deactivate; the caller checked the level.
     ///
     /// The flag's set is the first driver call: in one process the stop races the
@@ -30,41 +65,53 @@ impl CudaQueue {
     /// not safe to flag as it stands; a completed kernel left in it is relaunched at the resume,
     /// where its finished blocks skip themselves.
     pub(crate) fn lv2_deactivate(&self) -> Result<()> {
-        self.bind()?;
         let mut g = self.lock();
         if g.stop == Stop::Flagged {
             return Ok(()); // already stopped (a reactivate has not finished yet)
         }
+        if self.gate.close() == Closed::Ahead {
+            // The flag's set is issued already: this only takes the stop over, and cannot fail.
+            self.flagged(&mut g);
+            self.gate.lower();
+            return Ok(());
+        }
+        let stopped = self.stop_locked(&mut g);
+        if stopped.is_err() {
+            self.settle(&g);
+        }
+        stopped
+    }
+
+    /// Deactivate with the gate closed: flag the window, or let it drain if that is not safe.
+    fn stop_locked(&self, g: &mut Inner) -> Result<()> {
+        self.bind()?;
         let mut flag = flag_is_safe(g.flight.slots());
         if !flag {
-            self.reap(&mut g);
+            self.reap(g);
             flag = flag_is_safe(g.flight.slots());
         }
         if !flag {
             // Nothing changes if this fails.
-            self.record_stop(&mut g)?;
+            self.record_stop(g)?;
             g.stop = Stop::Draining;
             return Ok(());
         }
-        let set = self.flag_values.word(0)?;
         // The control stream is FIFO: this set lands after any earlier clear.
-        // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by this
-        // queue and freed only after Drop synchronized the control stream.
-        cu!(cuMemcpyHtoDAsync_v2(
-            self.flag.ptr,
-            set.cast(),
-            4,
-            self.control
-        ))?;
+        self.write_flag(1)?;
+        self.flagged(g);
+        Ok(())
+    }
+
+    /// The flag's set is issued: the queue is stopped until a reactivate relaunches.
+    fn flagged(&self, g: &mut Inner) {
         g.stop = Stop::Flagged;
         g.relaunch = Relaunch::default();
         g.stop_recorded = false;
         // Nothing is launched on the stream while flagged, so the stop event covers the same
         // work whenever it is recorded; `settled` and the clear record it if this fails.
-        if let Err(e) = self.record_stop(&mut g) {
+        if let Err(e) = self.bind().and_then(|()| self.record_stop(g)) {
             tracing::warn!(%e, "no stop event after the flag; recorded later");
         }
-        Ok(())
     }
 
     /// Records the stop event behind everything launched on the queue's stream.
@@ -82,6 +129,7 @@ impl CudaQueue {
         match g.stop {
             Stop::Draining | Stop::Running => {
                 g.stop = Stop::Running;
+                self.settle(&g);
                 return Ok(());
             }
             Stop::Interrupted => return Err(CudaError::ReactivateAfterInterrupt),
@@ -112,6 +160,7 @@ impl CudaQueue {
         }
         g.stop = Stop::Running;
         g.relaunch = Relaunch::default();
+        self.settle(&g);
         Ok(())
     }
 
@@ -119,20 +168,12 @@ impl CudaQueue {
     /// so that a later deactivate's set (same stream, FIFO) can never be overtaken by this clear;
     /// the queue stream waits for the clear before the relaunch. Repeating it is harmless.
     fn clear_flag(&self, g: &mut Inner) -> Result<()> {
-        let clear = self.flag_values.word(1)?;
         if !g.stop_recorded {
             self.record_stop(g)?;
         }
         // SAFETY: the control stream and `stop_event` are this queue's, alive until Drop.
         cu!(cuStreamWaitEvent(self.control, g.stop_event, 0))?;
-        // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by this
-        // queue and freed only after Drop synchronized the control stream.
-        cu!(cuMemcpyHtoDAsync_v2(
-            self.flag.ptr,
-            clear.cast(),
-            4,
-            self.control
-        ))?;
+        self.write_flag(0)?;
         // SAFETY: this queue's event and control stream; the lock is held, so no other record
         // of `clear_event` interleaves.
         cu!(cuEventRecord(g.clear_event, self.control))?;

@@ -6,7 +6,7 @@
 //! fail (taking a sync event, a completion slot) happens before the launch; after it, failures
 //! are logged and a later `record_sync`/`synchronize` covers the completion.
 
-use crate::driver::{Device, DeviceBuffer, PinnedWords};
+use crate::driver::{Device, DeviceBuffer};
 use crate::error::{CudaError, Result, cu};
 use crate::kernel::Kernel;
 use crate::lv2::Relaunch;
@@ -15,9 +15,10 @@ use cudarc::driver::sys;
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex, MutexGuard};
-use xpreempt_hal::lv2::Flight;
+use xpreempt_hal::lv2::{Flight, flag_is_safe, is_clean};
+use xpreempt_hal::stop_gate::{Closed, StopGate};
 use xpreempt_hal::{HalError, HwQueue, placement};
-use xpreempt_types::{Command, Launched, Level, Seq};
+use xpreempt_types::{Command, Launched, Level, Op, Seq};
 
 /// Settings of one CUDA queue.
 #[derive(Clone, Debug)]
@@ -104,18 +105,20 @@ pub struct CudaQueue {
     inner: Mutex<Inner>,
     pub(crate) control: sys::CUstream,
     pub(crate) flag: DeviceBuffer,
-    pub(crate) flag_values: PinnedWords,
+    /// Open while a stop ahead may set the flag without the lock (`lv2.rs`).
+    pub(crate) gate: StopGate,
     pub(crate) done: DeviceBuffer,
     lv3: Option<Arc<Lv3Control>>,
     /// Where the application's thread last launched (`xpreempt_hal::placement`).
     launcher_cpu: AtomicI32,
 }
 
-// SAFETY: the mutable state sits in a Mutex (`Inner`, Send above); the rest is set in `new` and
-// only read afterwards: the control stream handle (the driver serializes work on a stream), the
-// device buffers and pinned words (owned, freed once in Drop after the streams are synchronized).
+// SAFETY: the mutable state sits in a Mutex (`Inner`, Send above) or in the atomic gate; the rest
+// is set in `new` and only read afterwards: the control stream handle (the driver serializes work
+// on a stream; a stop ahead issues on it without the mutex, ordered by the gate), the device
+// buffers (owned, freed once in Drop after the streams are synchronized).
 unsafe impl Send for CudaQueue {}
-// SAFETY: as above: `&CudaQueue` mutates nothing outside the mutex.
+// SAFETY: as above: `&CudaQueue` mutates nothing outside the mutex and the gate.
 unsafe impl Sync for CudaQueue {}
 
 fn new_event() -> Result<sys::CUevent> {
@@ -186,7 +189,7 @@ impl CudaQueue {
         };
         Ok(Self {
             flag: DeviceBuffer::zeroed(4)?,
-            flag_values: PinnedWords::new(&[1, 0])?,
+            gate: StopGate::new(),
             done: DeviceBuffer::zeroed(cfg.slots as usize * cfg.max_units as usize * 4)?,
             device,
             level,
@@ -293,40 +296,62 @@ impl CudaQueue {
         }
     }
 
+    /// The completion watermark stays: the flag is up, or a stop ahead is raising it, and a
+    /// stopped kernel's event fires with blocks skipped.
+    pub(crate) fn frozen(&self, g: &Inner) -> bool {
+        g.stop == Stop::Flagged || self.gate.is_raised()
+    }
+
     pub(crate) fn reap(&self, g: &mut Inner) {
-        if g.stop == Stop::Flagged {
+        if self.frozen(g) {
             return;
         }
-        while let Some(&(mark, ev)) = g.sync.front() {
+        let mut passed = 0;
+        for &(_, ev) in &g.sync {
             // SAFETY: `ev` is in `g.sync`, so it is a live event of this queue (destroyed only
             // in Drop); the lock is held.
             let r = unsafe { sys::cuEventQuery(ev) };
-            if r == sys::CUresult::CUDA_SUCCESS {
-                g.sync.pop_front();
-                g.free_events.push(ev);
-                g.completed = g.completed.max(mark);
-            } else {
+            if r != sys::CUresult::CUDA_SUCCESS {
                 if r != sys::CUresult::CUDA_ERROR_NOT_READY {
                     tracing::error!(?r, "cuEventQuery failed");
                 }
                 break;
             }
+            passed += 1;
+        }
+        // Looked at after the queries: a stop ahead raised since may have cut short what they
+        // saw end; one raised later set its flag after they ended, so they ran whole.
+        if passed == 0 || self.gate.is_raised() {
+            return;
+        }
+        for (mark, ev) in g.sync.drain(..passed) {
+            g.free_events.push(ev);
+            g.completed = g.completed.max(mark);
         }
         let done = g.completed;
         g.flight.retire_below(done);
+        self.settle(g);
+    }
+
+    /// Opens the gate exactly while a stop ahead may flag the window as it stands.
+    pub(crate) fn settle(&self, g: &Inner) {
+        self.gate.settle(
+            self.level >= Level::Lv2 && g.stop == Stop::Running && flag_is_safe(g.flight.slots()),
+        );
     }
 
     /// A wait on the event of `mark` (picked when `sync_resets` was `resets`) ended: everything
     /// up to `mark` completed, and so did every older sync event, which goes back to the pool
     /// without a query. Not while flagged: a stopped kernel's event fires with blocks skipped.
-    fn reached(g: &mut Inner, mark: Seq, resets: u64) {
-        if g.stop == Stop::Flagged || g.sync_resets != resets {
+    fn reached(&self, g: &mut Inner, mark: Seq, resets: u64) {
+        if self.frozen(g) || g.sync_resets != resets {
             return;
         }
         g.completed = g.completed.max(mark);
         xpreempt_hal::sync_events::retire_reached(&mut g.sync, &mut g.free_events, mark);
         let done = g.completed;
         g.flight.retire_below(done);
+        self.settle(g);
     }
 }
 
@@ -383,6 +408,10 @@ impl HwQueue for CudaQueue {
         }
     }
 
+    fn stop_ahead(&self) -> bool {
+        self.level >= Level::Lv2 && self.lv2_stop_ahead()
+    }
+
     fn deactivate(&self) -> Result<(), HalError> {
         if self.level < Level::Lv2 {
             return Err(self.unsupported("deactivate", Level::Lv2));
@@ -403,7 +432,13 @@ impl HwQueue for CudaQueue {
         if g.stop == Stop::Interrupted {
             return Ok(()); // this queue already holds its count
         }
-        lv3.interrupt().map_err(|e| e.into_hal("interrupt"))?;
+        if self.gate.close() == Closed::Ahead {
+            return Err(CudaError::StopAheadPending.into_hal("interrupt"));
+        }
+        if let Err(e) = lv3.interrupt() {
+            self.settle(&g);
+            return Err(e.into_hal("interrupt"));
+        }
         g.stop = Stop::Interrupted;
         Ok(())
     }
@@ -418,6 +453,7 @@ impl HwQueue for CudaQueue {
         }
         lv3.restore().map_err(|e| e.into_hal("restore"))?;
         g.stop = Stop::Running;
+        self.settle(&g);
         Ok(())
     }
 }
@@ -438,12 +474,23 @@ impl CudaQueue {
         } else {
             None
         };
-        let slot = match self.launch_op(&mut g, command) {
+        let guarded = matches!(&command.op, Op::Kernel(k) if k.guard.is_some());
+        let stoppable_after = guarded
+            && self.level >= Level::Lv2
+            && g.stop == Stop::Running
+            && is_clean(g.flight.slots());
+        let launched = if self.gate.before_launch(guarded, stoppable_after) {
+            self.launch_op(&mut g, command)
+        } else {
+            Err(CudaError::Stopping)
+        };
+        let slot = match launched {
             Ok(slot) => slot,
             Err(e) => {
                 if let Some(ev) = ev {
                     g.free_events.push(ev);
                 }
+                self.settle(&g);
                 return Err(e);
             }
         };
@@ -455,6 +502,7 @@ impl CudaQueue {
         if let Some(ev) = ev {
             Self::record_taken(&mut g, ev, seq + 1);
         }
+        self.settle(&g);
         Ok(())
     }
 
@@ -467,7 +515,7 @@ impl CudaQueue {
                 if g.completed >= upto {
                     return Ok(());
                 }
-                if g.stop == Stop::Flagged {
+                if self.frozen(&g) {
                     // Stopped work completes only after reactivate; the caller polls again.
                     return Ok(());
                 }
@@ -491,7 +539,7 @@ impl CudaQueue {
             // and other launches go on meanwhile. A concurrent reap may put the event back in the
             // pool and a later record reuse it, which only makes this wait end later.
             cu!(cuEventSynchronize(ev))?;
-            Self::reached(&mut self.lock(), mark, resets);
+            self.reached(&mut self.lock(), mark, resets);
         }
     }
 }

@@ -13,6 +13,9 @@ pub struct QueueStats {
     pub launched: u64,
     pub completed: u64,
     pub preemptions: u64,
+    /// Suspensions whose hardware stop began before the queue's lock was taken
+    /// (`HwQueue::stop_ahead`).
+    pub stops_ahead: u64,
     pub resumes: u64,
     pub hal_errors: u64,
     /// Launches from the pending buffer (the window was full when they were submitted).

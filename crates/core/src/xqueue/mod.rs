@@ -327,6 +327,7 @@ impl<P> XQueue<P> {
         now: Nanos,
         ahead: bool,
     ) -> Result<bool, QueueOpError> {
+        self.stats.stops_ahead += u64::from(ahead);
         if self.suspended {
             if ahead && self.hw_stopped.is_none() {
                 // Suspended already, but not by the hardware (a failed stop drains): the stop

@@ -93,6 +93,7 @@ fn a_launch_held_back_by_a_stop_ahead_runs_once_after_the_resume() {
     assert_eq!(q.pending_len(), 1);
     q.suspend_after(&hal, 30, true).unwrap();
     assert_eq!(observer(&hal).deactivates.load(SeqCst), 1);
+    assert_eq!(q.stats().stops_ahead, 1);
     observer(&hal).hold_launches.store(false, SeqCst);
     dev.advance_to(1_000);
     q.resume(&hal, 1_000).unwrap();

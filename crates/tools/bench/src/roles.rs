@@ -64,6 +64,9 @@ pub struct BeResult {
     pub kernels: u64,
     /// Times the BE queue was suspended, by whoever did it.
     pub suspends: u64,
+    /// Of those, the ones whose stop began before the queue's lock (`HwQueue::stop_ahead`).
+    #[serde(default)]
+    pub stops_ahead: u64,
     pub level_used: Option<String>,
     pub hal_errors: u64,
     pub suspend_latency_p50_us: Option<f64>,
@@ -331,6 +334,7 @@ pub fn run_be_on(
         let st = q.stats();
         result.level_used = Some(q.hal().max_level().to_string());
         result.suspends = st.preemptions;
+        result.stops_ahead = st.stops_ahead;
         result.hal_errors = st.hal_errors;
         if st.suspend_latency.count() > 0 {
             result.suspend_latency_p50_us = Some(st.suspend_latency.quantile(0.5) as f64 / 1e3);

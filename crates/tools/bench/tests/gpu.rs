@@ -126,8 +126,12 @@ fn exactly_once_on(ordinal: i32, level: Level, persistent: bool, n: u32) {
     let st = q.stats();
     eprintln!(
         "device {ordinal} {level}: {cycles} suspend/resume cycles, stats {:?}",
-        (st.preemptions, st.hal_errors)
+        (st.preemptions, st.stops_ahead, st.hal_errors)
     );
+    if level == Level::Lv2 {
+        // Suspensions that came while guarded kernels ran stopped them without the queue's lock.
+        assert!(st.stops_ahead > 0, "no stop went ahead in {cycles} cycles");
+    }
 }
 
 #[test]
