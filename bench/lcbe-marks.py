@@ -10,7 +10,8 @@ and from the LC's second launch, and the latency of the requests without one), a
 restarted after the request ended, which requests had their stop made on an application's thread
 (in one process, the LC's own) and their latency, when the announcement to the local
 scheduler came, how long it took and how long after it the stop started, how the time after
-the first launch splits around the Ready report, and
+the first launch splits around the Ready report, how
+many stops went ahead of the BE queue's lock (`stop_ahead`, whose start is then the stop's), and
 (with XP_BENCH_GPU_ELAPSED=1, plain streams) the GPU's own duration of each request. All times
 in µs; quantiles over the measured requests, and the same for the slowest 1 % of them.
 
@@ -22,8 +23,11 @@ import sys
 from bisect import bisect_left
 from pathlib import Path
 
-STOP = ("deactivate_start", "interrupt_start")
-STOP_END = ("deactivate_end", "interrupt_end")
+# A stop ahead comes first and the deactivate that takes it over after: the stop starts with the
+# earlier, and each stop is counted once, by its deactivate.
+STOP = ("stop_ahead_start", "deactivate_start", "interrupt_start")
+STOP_END = ("stop_ahead_end", "deactivate_end", "interrupt_end")
+TAKEN_OVER = ("deactivate_start", "interrupt_start")
 RESTART = ("reactivate_start", "restore_start")
 
 
@@ -62,6 +66,7 @@ def quantiles(xs):
 def scenario(lc, be):
     starts, ends = lc.get("request_start", []), lc.get("request_end", [])
     stops, stop_ends = merged(be, STOP), merged(be, STOP_END)
+    counted, ahead = merged(be, TAKEN_OVER), set(be.get("stop_ahead_start", []))
     app_stops = be.get("stop_on_app_thread", [])
     restarts, settles = merged(be, RESTART), be.get("settled", [])
     launches, launch_ends = lc.get("launch", []), lc.get("launch_end", [])
@@ -82,7 +87,8 @@ def scenario(lc, be):
             "restarts_during": count_in(restarts, s, e),
             "restart_at": None,
             "restart_after_second_launch": None,
-            "stops_during": count_in(stops, s, e),
+            "stops_during": count_in(counted, s, e),
+            "ahead": stop in ahead,
             "app_stop_at": None,
             "to_announce": None,
             "announce_call": None,
@@ -147,10 +153,11 @@ def scenario(lc, be):
         rows.append(row)
     if not rows:
         return None
-    keys = [k for k in rows[0] if k != "latency"]
+    keys = [k for k in rows[0] if k not in ("latency", "ahead")]
     slow = sorted(rows, key=lambda r: r["latency"])[-max(1, len(rows) // 100):]
     out = {"requests": len(rows), "latency": quantiles(r["latency"] for r in rows)}
     out["no_stop_seen"] = sum(r["stop_at"] is None for r in rows)
+    out["stopped_ahead"] = sum(r["ahead"] for r in rows)
     out["flapped"] = sum(r["restarts_during"] > 0 for r in rows)
     out["latency_unflapped"] = quantiles(r["latency"] for r in rows if r["restarts_during"] == 0)
     out["stopped_on_app_thread"] = sum(r["app_stop_at"] is not None for r in rows)
@@ -185,6 +192,7 @@ def main():
             print(f"{name}: no measured requests")
             continue
         print(f"{name}: {r['requests']} requests, no stop seen {r['no_stop_seen']}, "
+              f"stopped ahead {r['stopped_ahead']}, "
               f"restarted mid-request {r['flapped']}, stopped on an application's thread "
               f"{r['stopped_on_app_thread']}")
         for k in ["latency", "first_launch", "launch_call", "between_launches", "after_launch", "before_second",

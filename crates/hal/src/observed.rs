@@ -9,6 +9,7 @@ use xpreempt_types::{Command, Level, Seq};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HalOp {
     Launch,
+    StopAhead,
     Deactivate,
     Reactivate,
     Interrupt,
@@ -30,6 +31,11 @@ pub trait Observer: Send + Sync {
     /// What the queue's `settled` answered.
     fn settled(&self, settled: bool) {
         let _ = settled;
+    }
+
+    /// What the queue's `stop_ahead` answered (after [`Observer::after`]).
+    fn went_ahead(&self, ahead: bool) {
+        let _ = ahead;
     }
 }
 
@@ -102,7 +108,13 @@ impl<H: HwQueue, O: Observer> HwQueue for Observed<H, O> {
     }
 
     fn stop_ahead(&self) -> bool {
-        self.inner.stop_ahead()
+        if self.observer.before(HalOp::StopAhead).is_err() {
+            return false;
+        }
+        let ahead = self.inner.stop_ahead();
+        self.observer.after(HalOp::StopAhead);
+        self.observer.went_ahead(ahead);
+        ahead
     }
 
     fn deactivate(&self) -> Result<(), HalError> {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use xpreempt_core::QueueId;
 use xpreempt_core::sched::QueueReport;
 use xpreempt_core::xqueue::threaded::{EventSink, ReportSink};
@@ -42,6 +42,10 @@ pub enum What {
     /// The queue reported Ready to its scheduler (after the launch), and that returned.
     ReadyStart,
     ReadyEnd,
+    /// A stop ahead (`HwQueue::stop_ahead`) that went ahead: its call's start and end. One that
+    /// found nothing to stop is not marked.
+    StopAheadStart,
+    StopAheadEnd,
     DeactivateStart,
     DeactivateEnd,
     ReactivateStart,
@@ -157,6 +161,7 @@ pub fn marked<H>(inner: H, marks: Option<Arc<Marks>>) -> Marked<H> {
         MarkCalls {
             marks,
             stopping: AtomicBool::new(false),
+            ahead_start: AtomicU64::new(0),
         },
     )
 }
@@ -165,6 +170,8 @@ pub struct MarkCalls {
     marks: Option<Arc<Marks>>,
     /// A stop was made and not yet seen settled (nor undone).
     stopping: AtomicBool,
+    /// When the last stop ahead was called (marked if it went ahead).
+    ahead_start: AtomicU64,
 }
 
 impl MarkCalls {
@@ -178,6 +185,11 @@ impl MarkCalls {
 impl Observer for MarkCalls {
     fn before(&self, op: HalOp) -> std::result::Result<(), HalError> {
         let start = match op {
+            HalOp::StopAhead => {
+                // Marked only if it goes ahead (`went_ahead`).
+                self.ahead_start.store(now_ns(), Ordering::SeqCst);
+                return Ok(());
+            }
             HalOp::Launch => What::Launch,
             HalOp::Deactivate => What::DeactivateStart,
             HalOp::Reactivate => What::ReactivateStart,
@@ -195,7 +207,7 @@ impl Observer for MarkCalls {
                 }
             }
             HalOp::Reactivate | HalOp::Restore => self.stopping.store(false, Ordering::SeqCst),
-            HalOp::Launch => {}
+            HalOp::Launch | HalOp::StopAhead => {}
         }
         self.mark(start);
         Ok(())
@@ -203,6 +215,7 @@ impl Observer for MarkCalls {
 
     fn after(&self, op: HalOp) {
         self.mark(match op {
+            HalOp::StopAhead => return,
             HalOp::Launch => What::LaunchEnd,
             HalOp::Deactivate => What::DeactivateEnd,
             HalOp::Reactivate => What::ReactivateEnd,
@@ -214,6 +227,17 @@ impl Observer for MarkCalls {
     fn settled(&self, settled: bool) {
         if settled && self.stopping.swap(false, Ordering::SeqCst) {
             self.mark(What::Settled);
+        }
+    }
+
+    fn went_ahead(&self, ahead: bool) {
+        if let (true, Some(m)) = (ahead, &self.marks) {
+            self.stopping.store(true, Ordering::SeqCst);
+            m.value(
+                What::StopAheadStart,
+                self.ahead_start.load(Ordering::SeqCst),
+            );
+            m.mark(What::StopAheadEnd);
         }
     }
 }
@@ -272,6 +296,35 @@ mod tests {
         );
         assert_eq!(back.pid, std::process::id());
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_stop_ahead_is_marked_only_when_it_went_ahead() {
+        let marks = Marks::wanted(Some(Path::new("/nonexistent/be.json"))).unwrap();
+        let q = marked(
+            RefDevice::new().create_queue(Level::Lv2),
+            Some(marks.clone()),
+        );
+        assert!(!q.stop_ahead(), "nothing in flight");
+        assert!(marks.marks.lock().unwrap().is_empty());
+        let mut k = xpreempt_hal::Command::kernel(xpreempt_hal::reference::RefKernel {
+            blocks: 2,
+            block_ns: 100,
+        });
+        q.launch(0, &mut k, true).unwrap();
+        assert!(q.stop_ahead());
+        let seen: Vec<(u64, What)> = marks.marks.lock().unwrap().clone();
+        let kinds: Vec<What> = seen.iter().map(|m| m.1).collect();
+        assert_eq!(
+            kinds,
+            [
+                What::Launch,
+                What::LaunchEnd,
+                What::StopAheadStart,
+                What::StopAheadEnd
+            ]
+        );
+        assert!(seen[1].0 <= seen[2].0 && seen[2].0 <= seen[3].0, "{seen:?}");
     }
 
     #[test]
