@@ -212,3 +212,52 @@ impl Drop for DeviceBuffer {
         let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
     }
 }
+
+/// Pinned host memory holding `n` u32 values, readable by the copy engine.
+#[derive(Debug)]
+pub struct PinnedWords {
+    pub(crate) ptr: *mut u32,
+    pub(crate) len: usize,
+}
+
+// SAFETY: the words are written once, in `new`, before the value is shared; afterwards only the
+// copy engine reads them. The allocation is owned and freed once, in Drop.
+unsafe impl Send for PinnedWords {}
+// SAFETY: as above: `&PinnedWords` only hands out addresses, never writes.
+unsafe impl Sync for PinnedWords {}
+
+impl PinnedWords {
+    pub fn new(values: &[u32]) -> Result<Self> {
+        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a live local; flags 0 is plain pinned memory. The caller bound a context.
+        cu!(cuMemHostAlloc(&mut p, values.len().max(1) * 4, 0))?;
+        let ptr = p.cast::<u32>();
+        // SAFETY: a fresh, page-aligned allocation of at least `values.len()` u32s that nothing
+        // else references yet.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), ptr, values.len()) };
+        Ok(Self {
+            ptr,
+            len: values.len(),
+        })
+    }
+
+    /// The address of word `i`, valid as long as `self`, for an asynchronous copy.
+    pub fn word(&self, i: usize) -> Result<*const u32> {
+        if i >= self.len {
+            return Err(CudaError::PinnedIndex {
+                index: i,
+                len: self.len,
+            });
+        }
+        // `wrapping_add` needs no unsafe; `i` is in bounds, so it is the word's real address.
+        Ok(self.ptr.wrapping_add(i).cast_const())
+    }
+}
+
+impl Drop for PinnedWords {
+    fn drop(&mut self) {
+        // SAFETY: frees the allocation `new` made, once; its owner (a CudaQueue) synchronized
+        // the streams whose copies read it first.
+        let _ = unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+    }
+}

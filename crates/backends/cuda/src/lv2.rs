@@ -27,13 +27,20 @@ use xpreempt_hal::stop_gate::Closed;
 use xpreempt_types::{Launched, Seq};
 
 impl CudaQueue {
-    /// Writes `value` into the flag on the control stream: a memset, not a copy from a pinned
-    /// word, since it cost the calling thread 0.0–0.8 µs less at p50 on an H100
-    /// (`bench/results/2026-11-24-h100-session18.md`).
-    fn write_flag(&self, value: u32) -> Result<()> {
-        // SAFETY: one 4-byte word, the flag, owned by this queue and freed only after Drop
-        // synchronized the control stream.
-        cu!(cuMemsetD32Async(self.flag.ptr, value, 1, self.control))
+    /// Sets (`true`) or clears the flag on the control stream. A copy from a pinned word: the
+    /// copy engine writes it at once, where a memset is a kernel that waits for an SM the
+    /// best-effort kernels hold (with one, a 2 ms guarded kernel on an H100 ran to its end
+    /// before its flag landed; `bench/results/2026-11-24-h100-session18.md`).
+    fn write_flag(&self, set: bool) -> Result<()> {
+        let value = self.flag_values.word(if set { 0 } else { 1 })?;
+        // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by this
+        // queue and freed only after Drop synchronized the control stream.
+        cu!(cuMemcpyHtoDAsync_v2(
+            self.flag.ptr,
+            value.cast(),
+            4,
+            self.control
+        ))
     }
 
     /// Sets the flag without the queue's lock, if the gate is open (the caller checked the
@@ -43,7 +50,7 @@ impl CudaQueue {
         if !self.gate.try_raise() {
             return false;
         }
-        match self.bind().and_then(|()| self.write_flag(1)) {
+        match self.bind().and_then(|()| self.write_flag(true)) {
             Ok(()) => {
                 self.gate.raised();
                 true
@@ -97,7 +104,7 @@ impl CudaQueue {
             return Ok(());
         }
         // The control stream is FIFO: this set lands after any earlier clear.
-        self.write_flag(1)?;
+        self.write_flag(true)?;
         self.flagged(g);
         Ok(())
     }
@@ -173,7 +180,7 @@ impl CudaQueue {
         }
         // SAFETY: the control stream and `stop_event` are this queue's, alive until Drop.
         cu!(cuStreamWaitEvent(self.control, g.stop_event, 0))?;
-        self.write_flag(0)?;
+        self.write_flag(false)?;
         // SAFETY: this queue's event and control stream; the lock is held, so no other record
         // of `clear_event` interleaves.
         cu!(cuEventRecord(g.clear_event, self.control))?;
