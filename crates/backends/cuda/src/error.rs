@@ -34,8 +34,6 @@ pub enum CudaError {
     },
     #[error("{given} kernel arguments, at most {max} are supported")]
     TooManyArgs { given: usize, max: usize },
-    #[error("pinned word {index} out of {len}")]
-    PinnedIndex { index: usize, len: usize },
     #[error("guarded kernel needs {units} completion words, the queue has {max_units}")]
     GuardTooLarge { units: u32, max_units: u32 },
     #[error(

@@ -27,18 +27,18 @@ use xpreempt_hal::stop_gate::Closed;
 use xpreempt_types::{Launched, Seq};
 
 impl CudaQueue {
-    /// Sets (`true`) or clears the flag on the control stream. A copy from a pinned word: the
-    /// copy engine writes it at once, where a memset is a kernel that waits for an SM the
-    /// best-effort kernels hold (with one, a 2 ms guarded kernel on an H100 ran to its end
-    /// before its flag landed; `bench/results/2026-11-24-h100-session18.md`).
+    /// Sets (`true`) or clears the flag on the control stream with a memset, not a copy from a
+    /// pinned word: on an H100 beside a saturating kernel the memset was done on the GPU 2.7–8.9
+    /// µs after it was issued against 7.6–17.7 for the copy (which reads the host's word across
+    /// the bus first), and its call cost the thread 0.0–0.9 µs less at p50
+    /// (`bench/results/2026-11-24-h100-session18.md`).
     fn write_flag(&self, set: bool) -> Result<()> {
-        let value = self.flag_values.word(if set { 0 } else { 1 })?;
-        // SAFETY: a 4-byte copy from a pinned word into the 4-byte flag, both owned by this
-        // queue and freed only after Drop synchronized the control stream.
-        cu!(cuMemcpyHtoDAsync_v2(
+        // SAFETY: one 4-byte word, the flag, owned by this queue and freed only after Drop
+        // synchronized the control stream.
+        cu!(cuMemsetD32Async(
             self.flag.ptr,
-            value.cast(),
-            4,
+            u32::from(set),
+            1,
             self.control
         ))
     }

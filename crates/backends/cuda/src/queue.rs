@@ -6,7 +6,7 @@
 //! fail (taking a sync event, a completion slot) happens before the launch; after it, failures
 //! are logged and a later `record_sync`/`synchronize` covers the completion.
 
-use crate::driver::{Device, DeviceBuffer, PinnedWords};
+use crate::driver::{Device, DeviceBuffer};
 use crate::error::{CudaError, Result, cu};
 use crate::kernel::Kernel;
 use crate::lv2::Relaunch;
@@ -105,8 +105,6 @@ pub struct CudaQueue {
     inner: Mutex<Inner>,
     pub(crate) control: sys::CUstream,
     pub(crate) flag: DeviceBuffer,
-    /// The values the flag is set to and cleared with, for the copy engine.
-    pub(crate) flag_values: PinnedWords,
     /// Open while a stop ahead may set the flag without the lock (`lv2.rs`).
     pub(crate) gate: StopGate,
     pub(crate) done: DeviceBuffer,
@@ -118,7 +116,7 @@ pub struct CudaQueue {
 // SAFETY: the mutable state sits in a Mutex (`Inner`, Send above) or in the atomic gate; the rest
 // is set in `new` and only read afterwards: the control stream handle (the driver serializes work
 // on a stream; a stop ahead issues on it without the mutex, ordered by the gate), the device
-// buffers and pinned words (owned, freed once in Drop after the streams are synchronized).
+// buffers (owned, freed once in Drop after the streams are synchronized).
 unsafe impl Send for CudaQueue {}
 // SAFETY: as above: `&CudaQueue` mutates nothing outside the mutex and the gate.
 unsafe impl Sync for CudaQueue {}
@@ -191,7 +189,6 @@ impl CudaQueue {
         };
         Ok(Self {
             flag: DeviceBuffer::zeroed(4)?,
-            flag_values: PinnedWords::new(&[1, 0])?,
             gate: StopGate::new(),
             done: DeviceBuffer::zeroed(cfg.slots as usize * cfg.max_units as usize * 4)?,
             device,

@@ -180,15 +180,20 @@ fn every_item_exactly_once_lv2_persistent() {
 fn lv2_relaunch_skips_finished_blocks() {
     let e = env();
     let q = queue(&e, Level::Lv2);
-    let blocks = 40 * e.wave; // ~40 waves of 50 us: ~2 ms
+    // ~100 waves of 50 us: ~5 ms, so that a test thread that wakes a few ms late (as one did on
+    // the H100 host) still stops it part-way.
+    let blocks = 100 * e.wave;
     let counts = DeviceBuffer::zeroed(blocks as usize * 4).expect("alloc");
     e.device.bind().expect("bind");
     let k = e
         .kernel(Shape::Spin, true, blocks, 50.0, counts.ptr, 0)
         .expect("kernel");
+    let submitted = Instant::now();
     q.submit(Command::kernel(k)).expect("submit");
     std::thread::sleep(Duration::from_micros(700));
+    let slept = submitted.elapsed();
     q.suspend().expect("suspend");
+    let suspend_call = submitted.elapsed() - slept;
     let t = Instant::now();
     while !q.hal().settled() {
         assert!(
@@ -210,7 +215,8 @@ fn lv2_relaunch_skips_finished_blocks() {
     );
     assert!(
         done > 0 && done < blocks as usize,
-        "kernel should be stopped part-way: {done}/{blocks} blocks done"
+        "kernel should be stopped part-way: {done}/{blocks} blocks done \
+         (suspended {slept:?} after the submission, in {suspend_call:?})"
     );
     std::thread::sleep(Duration::from_millis(5));
     let still = counts
@@ -227,7 +233,10 @@ fn lv2_relaunch_skips_finished_blocks() {
         v.iter().all(|&c| c == 1),
         "after relaunch every block exactly once"
     );
-    eprintln!("stopped at {done}/{blocks} blocks; settled in {settle:?}");
+    eprintln!(
+        "stopped at {done}/{blocks} blocks; suspended {slept:?} after the submission, in \
+         {suspend_call:?}; settled in {settle:?}"
+    );
 }
 
 /// Lv3: with this process's channel-group timeslice at the minimum, a progress kernel competing
