@@ -120,7 +120,8 @@ int main() {
 
   unsigned long long guarded = shim_counter("xpreempt_shim_cuda_guarded");
   unsigned long long relaunched = shim_counter("xpreempt_shim_cuda_relaunched");
-  note("guarded launches %llu, relaunches %llu", guarded, relaunched);
+  unsigned long long ahead = shim_counter("xpreempt_shim_cuda_stopped_ahead");
+  note("guarded launches %llu, relaunches %llu, stops ahead %llu", guarded, relaunched, ahead);
   // Under the shim at Lv2 the kernels must have been recognized (natively: nothing to check).
   bool lv2 = env_is("XPREEMPT_INTERCEPT", "1") && env_is("XPREEMPT_LEVEL", "2") && !env_is("XPREEMPT_PASS_THROUGH", "1");
   check(!lv2 || guarded > 0, "guard_params_filled_at_lv2", "no guarded launch got its guard parameters");

@@ -6,8 +6,9 @@
 use super::driver::{self, CUresult, CtxGuard, Handle, SUCCESS};
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use xpreempt_hal::stop_gate::StopGate;
 use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, Launched, Level, Op, Seq};
 
@@ -141,6 +142,10 @@ pub struct StreamHal {
     lv2: bool,
     /// The flag is set or a guarded kernel is in flight (`lv2.rs`).
     pub(super) lv2_busy: AtomicBool,
+    /// Open while a stop ahead may set the flag without the lock (`lv2.rs`).
+    pub(super) gate: StopGate,
+    /// The flag's address and the control stream, once made: what a stop ahead writes with.
+    pub(super) ahead_target: OnceLock<(u64, usize)>,
     /// Set by `retire`: threads polling an event outside the lock stop, so that its events can
     /// be destroyed under nobody's feet.
     gone: AtomicBool,
@@ -178,6 +183,8 @@ impl StreamHal {
             interrupted: AtomicBool::new(false),
             lv2: lv2 && !lv3 && !observe,
             lv2_busy: AtomicBool::new(false),
+            gate: StopGate::new(),
+            ahead_target: OnceLock::new(),
             gone: AtomicBool::new(false),
             launcher_cpu: AtomicI32::new(-1),
             pollers: AtomicU32::new(0),
@@ -251,6 +258,10 @@ impl StreamHal {
             }
             g.retired = true;
             g.completed = g.launched;
+            // Closed for good (a stop ahead whose set is being issued is waited out): the flag
+            // goes with the resources.
+            self.gate.close();
+            self.gate.lower();
         }
         self.gone.store(true, Ordering::SeqCst);
         while self.pollers.load(Ordering::SeqCst) > 0 {
@@ -301,7 +312,7 @@ impl StreamHal {
     /// have those recorded before it, unless a flagged stop came since (the event then fired
     /// behind stopped kernels, or was recorded again).
     fn reached(&self, g: &mut State, m: Seq, generation: u64) {
-        if g.retired || g.lv2.generation != generation || g.lv2.stop == super::lv2::Stop::Flagged {
+        if g.retired || g.lv2.generation != generation || self.lv2_frozen(g) {
             return;
         }
         g.completed = g.completed.max(m);
@@ -324,10 +335,17 @@ impl StreamHal {
             });
         };
         let values = d.guarded.then(|| self.guard_values(&mut g, d));
+        if self.lv2 && !self.lv2_may_launch(&g, d.slot.is_some()) {
+            // Held back behind a stop ahead: nothing reached the driver.
+            return Err(HalError::Stopping("launch"));
+        }
         let status = d.call(values.as_ref());
         if status != SUCCESS {
             // Not on the stream: nothing to stop or relaunch (a retry takes a slot afresh).
             d.slot = None;
+            if self.lv2 {
+                self.note_busy(&g);
+            }
         }
         if d.slot.is_none() {
             // Never relaunched: the arguments go now.
@@ -393,6 +411,10 @@ impl HwQueue for StreamHal {
 
     fn watcher_ending() {
         super::fork_gate::thread_ending();
+    }
+
+    fn stop_ahead(&self) -> bool {
+        self.lv2 && self.lv2_stop_ahead()
     }
 
     fn deactivate(&self) -> Result<(), HalError> {
@@ -474,7 +496,7 @@ impl HwQueue for StreamHal {
             return;
         }
         let mut g = self.lock();
-        if g.retired || g.lv2.stop == super::lv2::Stop::Flagged {
+        if g.retired || self.lv2_frozen(&g) {
             return;
         }
         let _ctx = CtxGuard::enter(self.ctx);
@@ -508,7 +530,7 @@ impl HwQueue for StreamHal {
                 if g.retired || g.completed >= upto {
                     return Ok(());
                 }
-                if g.lv2.stop == super::lv2::Stop::Flagged {
+                if self.lv2_frozen(&g) {
                     // Stopped work completes only after reactivate; the caller polls again.
                     return Ok(());
                 }

@@ -19,12 +19,19 @@
 //! bypasses the queue first waits in [`StreamHal::admit_direct`] (through
 //! `StreamQueue::wait_launched`) until the stopped kernels run again, as it waits for a pending
 //! buffer.
+//!
+//! A suspension sets the flag before it takes the queue's lock (`stop_ahead`, through the gate
+//! of `xpreempt_hal::stop_gate`, as `CudaQueue` does), so that it does not wait for the
+//! application's launch under way: while it is raised, the stream counts as stopped (the
+//! watermark stays, direct calls and synchronizes wait, an unguarded launch is held back in the
+//! pending buffer) until the deactivate takes the stop over.
 
 use super::driver::{self, CtxGuard, Handle, STREAM_NON_BLOCKING, SUCCESS};
 use super::hal::{Deferred, GuardValues, State, StreamHal, backend};
 use std::sync::atomic::{AtomicU64, Ordering};
 use xpreempt_hal::HalError;
-use xpreempt_hal::lv2::{Flight, Relaunch, flag_is_safe, relaunch_stopped};
+use xpreempt_hal::lv2::{Flight, Relaunch, flag_is_safe, is_clean, relaunch_stopped};
+use xpreempt_hal::stop_gate::Closed;
 use xpreempt_types::{Launched, Seq};
 
 /// Completion words per slot: the most blocks a guarded launch may have and still be stoppable
@@ -41,6 +48,8 @@ pub const PLACEHOLDERS: GuardValues = [0, 0, 0];
 static GUARDED: AtomicU64 = AtomicU64::new(0);
 /// Relaunches of stopped guarded kernels.
 static RELAUNCHED: AtomicU64 = AtomicU64::new(0);
+/// Stops made ahead of the queue's lock.
+static STOPPED_AHEAD: AtomicU64 = AtomicU64::new(0);
 
 /// How many launches of guard-built kernels got their guard parameters filled in (Lv2).
 #[unsafe(no_mangle)]
@@ -52,6 +61,12 @@ pub extern "C" fn xpreempt_shim_cuda_guarded() -> u64 {
 #[unsafe(no_mangle)]
 pub extern "C" fn xpreempt_shim_cuda_relaunched() -> u64 {
     RELAUNCHED.load(Ordering::Relaxed)
+}
+
+/// How many suspensions set the flag before they took the stream's lock (a stop ahead).
+#[unsafe(no_mangle)]
+pub extern "C" fn xpreempt_shim_cuda_stopped_ahead() -> u64 {
+    STOPPED_AHEAD.load(Ordering::Relaxed)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,8 +210,25 @@ impl StreamHal {
 
     fn ensure_resources(&self, g: &mut State) -> bool {
         if g.lv2.res.is_none() && !g.lv2.failed {
-            match make_resources(g.lv2.slots) {
-                Ok(r) => g.lv2.res = Some(r),
+            // The stop event too, so that a deactivate taking a stop ahead over cannot fail.
+            let made = make_resources(g.lv2.slots).and_then(|r| match g.lv2.stop_event {
+                Some(_) => Ok(r),
+                None => match driver::new_event() {
+                    Ok(ev) => {
+                        g.lv2.stop_event = Some(ev);
+                        Ok(r)
+                    }
+                    Err(e) => {
+                        free_resources(&r);
+                        Err(e)
+                    }
+                },
+            });
+            match made {
+                Ok(r) => {
+                    let _ = self.ahead_target.set((r.flag, r.control as usize));
+                    g.lv2.res = Some(r);
+                }
                 Err(e) => {
                     shim_log!(
                         "Lv2 flag and completion array: CUDA error {e}; guarded kernels run unstoppable"
@@ -213,14 +245,66 @@ impl StreamHal {
         self.lv2_busy.load(Ordering::SeqCst)
     }
 
+    /// After every change of the window or the stop (lock held): the busy word, and the gate
+    /// open exactly while a stop ahead may flag the window as it stands.
     pub(super) fn note_busy(&self, g: &State) {
-        let busy = g.lv2.stop == Stop::Flagged || g.lv2.flight.has_guarded();
+        let busy = self.lv2_frozen(g) || g.lv2.flight.has_guarded();
         self.lv2_busy.store(busy, Ordering::SeqCst);
+        self.gate.settle(
+            self.lv2()
+                && !g.retired
+                && g.lv2.stop == Stop::Running
+                && g.lv2.res.is_some()
+                && flag_is_safe(g.lv2.flight.slots()),
+        );
+    }
+
+    /// The flag is set, or a stop ahead is setting it: stopped kernels may end early, so the
+    /// watermark stays and nothing else may reach or wait on the stream.
+    pub(super) fn lv2_frozen(&self, g: &State) -> bool {
+        g.lv2.stop == Stop::Flagged || self.gate.is_raised()
+    }
+
+    /// Before a launch (lock held): whether it may go to the driver. `stoppable`: a guarded
+    /// kernel with its slot, which the flag stops with the rest; anything else is held back
+    /// while a stop ahead is raised, since it would run before the stopped kernels' blocks.
+    pub(super) fn lv2_may_launch(&self, g: &State, stoppable: bool) -> bool {
+        let stoppable_after = stoppable
+            && !g.retired
+            && g.lv2.stop == Stop::Running
+            && g.lv2.res.is_some()
+            && is_clean(g.lv2.flight.slots());
+        self.gate.before_launch(stoppable, stoppable_after)
+    }
+
+    /// Sets the flag without the stream's lock, if the gate is open. The control stream is
+    /// FIFO, and the gate stays closed from a deactivate until its reactivate has issued the
+    /// clear, so this set never lands before an earlier clear.
+    pub(super) fn lv2_stop_ahead(&self) -> bool {
+        let Some(&(flag, control)) = self.ahead_target.get() else {
+            return false;
+        };
+        if !self.gate.try_raise() {
+            return false;
+        }
+        let set = {
+            let _ctx = CtxGuard::enter(self.ctx);
+            driver::cuMemsetD32Async(flag, 1, 1, control as Handle)
+        };
+        if set == SUCCESS {
+            self.gate.raised();
+            STOPPED_AHEAD.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        shim_log!("stop ahead: CUDA error {set} setting the flag; the deactivate sets it");
+        self.gate.raise_failed();
+        self.note_busy(&self.lock());
+        false
     }
 
     /// Stopped guarded kernels wait for their relaunch (a stream query says not ready).
     pub fn lv2_stopped(&self) -> bool {
-        self.lv2() && self.lock().lv2.stop == Stop::Flagged
+        self.lv2() && self.lv2_frozen(&self.lock())
     }
 
     /// Before a call that reaches this stream's hardware queue without the queue (a copy, a
@@ -236,12 +320,17 @@ impl StreamHal {
         if g.retired {
             return true;
         }
-        if g.lv2.stop == Stop::Flagged {
+        if self.lv2_frozen(&g) {
             return false;
         }
         let done = g.completed;
         g.lv2.flight.retire_below(done);
         if let Some((seq, Some(_))) = g.lv2.flight.last() {
+            // Closed before the call goes on: a stop ahead from now would stop the kernels it
+            // follows and let it run first.
+            if !self.gate.before_launch(false, false) {
+                return false;
+            }
             g.lv2.flight.push(seq, None);
         }
         self.note_busy(&g);
@@ -254,14 +343,14 @@ impl StreamHal {
     /// unlike [`StreamHal::admit_direct`] it does not keep them from being stopped.
     pub fn admit_sync(&self) -> Option<u64> {
         let g = self.lock();
-        (g.lv2.stop != Stop::Flagged).then_some(g.lv2.generation)
+        (!self.lv2_frozen(&g)).then_some(g.lv2.generation)
     }
 
     /// Whether the flag stopped kernels since [`StreamHal::admit_sync`] said `generation`: a
     /// synchronize that returned meanwhile saw them end early and must wait again.
     pub fn stopped_since(&self, generation: u64) -> bool {
         let g = self.lock();
-        g.lv2.stop == Stop::Flagged || g.lv2.generation != generation
+        self.lv2_frozen(&g) || g.lv2.generation != generation
     }
 
     pub(super) fn lv2_deactivate(&self) -> Result<(), HalError> {
@@ -274,6 +363,29 @@ impl StreamHal {
             g.lv2.stop = Stop::Draining;
             return Ok(());
         }
+        if self.gate.close() == Closed::Ahead {
+            // The flag's set is issued already (and the stop event exists): this takes it over.
+            g.lv2.stop = Stop::Flagged;
+            g.lv2.relaunch = Relaunch::default();
+            g.lv2.generation += 1;
+            g.lv2.stop_recorded = g
+                .lv2
+                .stop_event
+                .is_some_and(|ev| driver::cuEventRecord(ev, self.stream) == SUCCESS);
+            self.gate.lower();
+            self.note_busy(&g);
+            return Ok(());
+        }
+        let stopped = self.lv2_stop_locked(&mut g);
+        if stopped.is_err() {
+            self.note_busy(&g);
+        }
+        stopped
+    }
+
+    /// Deactivate with the gate closed (lock held, context current): flag the window, or let it
+    /// drain if that is not safe.
+    fn lv2_stop_locked(&self, g: &mut State) -> Result<(), HalError> {
         let done = g.completed;
         g.lv2.flight.retire_below(done);
         let ev = match g.lv2.stop_event {
@@ -293,7 +405,7 @@ impl StreamHal {
             ok("cuEventRecord", driver::cuEventRecord(ev, self.stream))?;
             g.lv2.stop_recorded = true;
             g.lv2.stop = Stop::Draining;
-            self.note_busy(&g);
+            self.note_busy(g);
             return Ok(());
         };
         // The set is the first driver call, as in `CudaQueue`'s deactivate: whatever comes
@@ -312,7 +424,7 @@ impl StreamHal {
         if !g.lv2.stop_recorded {
             shim_log!("no stop event after the flag; recorded later");
         }
-        self.note_busy(&g);
+        self.note_busy(g);
         Ok(())
     }
 

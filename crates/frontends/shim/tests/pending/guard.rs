@@ -64,7 +64,8 @@ fn assert_each_block_once(o: &Outcome, ids: &[(i64, Kind)]) {
 }
 
 /// The counters the application printed: (guarded launches, relaunches).
-fn counters(o: &Outcome) -> (u64, u64) {
+/// (guarded launches, relaunches, stops ahead) from the program's `@guard` line.
+fn counters(o: &Outcome) -> (u64, u64, u64) {
     let line = o
         .stdout
         .iter()
@@ -76,7 +77,7 @@ fn counters(o: &Outcome) -> (u64, u64) {
             .and_then(|v| v.parse().ok())
             .unwrap()
     };
-    (get("guarded="), get("relaunched="))
+    (get("guarded="), get("relaunched="), get("stopped_ahead="))
 }
 
 #[test]
@@ -99,7 +100,7 @@ fn guarded_kernels_run_every_block_once_in_order_at_every_level() {
         let o = run("guard-basic", config);
         assert_each_block_once(&o, &ids);
         o.log.assert_in_order(&order);
-        let (guarded, re) = counters(&o);
+        let (guarded, re, _) = counters(&o);
         for &(id, kind) in &ids {
             if kind == Kind::Plain {
                 continue;
@@ -188,6 +189,8 @@ fn a_suspension_stops_a_guarded_kernel_between_blocks_and_the_resume_runs_the_re
     assert_eq!(r.ran, BLOCKS, "{}: {r:?}", o.label);
     assert_eq!(r.epochs.len(), 1, "{}: {r:?}", o.label);
     assert!(counters(&o).1 >= 1, "{}: no relaunch counted", o.label);
+    // The daemon's suspension set the flag before it took the stream's lock.
+    assert_eq!(counters(&o).2, 1, "{}: the stop did not go ahead", o.label);
     // The plain kernel launched while it was stopped runs after all of its blocks.
     o.log.assert_before(201, 202);
 }
@@ -205,6 +208,12 @@ fn a_copy_behind_a_guarded_kernel_makes_its_suspension_drain() {
     assert_eq!(
         r.with_guard, 1,
         "{}: the kernel got no guard values",
+        o.label
+    );
+    assert_eq!(
+        counters(&o).2,
+        0,
+        "{}: a stop went ahead of a copy behind the kernel",
         o.label
     );
 }
