@@ -7,7 +7,8 @@ launch, up to the submission's return, where the queue reports Ready; and from t
 second), when the stop was first seen settled, how often the BE queue was restarted and
 stopped again during one request (when the first such restart came, from the request's start
 and from the LC's second launch, and the latency of the requests without one), and when it was
-restarted after the request ended, which requests had their stop made on an application's thread
+restarted after the request ended (and, through the local scheduler, when the LC queue's Idle came
+and how long after it the restart), which requests had their stop made on an application's thread
 (in one process, the LC's own) and their latency, when the announcement to the local
 scheduler came, how long it took and how long after it the stop started, how the time after
 the first launch splits around the Ready report, how
@@ -97,6 +98,8 @@ def scenario(lc, be):
             "ready_call": None,
             "after_ready": None,
             "restart_after_end": None,
+            "idle_after_end": None,
+            "restart_after_idle": None,
         }
         app_stop = first_in(app_stops, s - 100_000, e)
         if app_stop is not None:
@@ -146,6 +149,12 @@ def scenario(lc, be):
             restart = first_in(restarts, stop, e + 10_000_000)
             if restart is not None:
                 row["restart_after_end"] = (restart - e) / 1e3
+            # Through the local scheduler: when the LC queue's Idle came, and the restart after it.
+            idle = first_in(lc.get("idle_start", []), e - 100_000, restart or e + 10_000_000)
+            if idle is not None:
+                row["idle_after_end"] = (idle - e) / 1e3
+                if restart is not None:
+                    row["restart_after_idle"] = (restart - idle) / 1e3
             # Seen settled before the restart (the watcher looks now and then, so this is late).
             settled = first_in(settles, stop, restart or e + 10_000_000)
             if settled is not None:
@@ -199,7 +208,7 @@ def main():
                   "stop_at", "stop_call", "settled_at", "restarts_during", "restart_at",
                   "restart_after_second_launch", "restart_after_end", "app_stop_at",
                   "to_announce", "announce_call", "stop_after_announce", "to_ready", "ready_call",
-                  "after_ready"]:
+                  "after_ready", "idle_after_end", "restart_after_idle"]:
             print(f"  {k:<18} p50/p90/p99 {fmt(r[k]):<24} slowest 1% {fmt(r['slowest_1pct'][k])}")
         print(f"  {'latency_unflapped':<18} p50/p90/p99 {fmt(r['latency_unflapped'])}")
         print(f"  {'latency_app_stop':<18} p50/p90/p99 {fmt(r['latency_app_stop'])}")

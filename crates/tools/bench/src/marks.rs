@@ -42,6 +42,10 @@ pub enum What {
     /// The queue reported Ready to its scheduler (after the launch), and that returned.
     ReadyStart,
     ReadyEnd,
+    /// The queue reported Idle to its scheduler (its watcher, once the work drained), and that
+    /// returned (with the resumes it made on the reporting thread).
+    IdleStart,
+    IdleEnd,
     /// A stop ahead (`HwQueue::stop_ahead`) that went ahead: its call's start and end. One that
     /// found nothing to stop is not marked.
     StopAheadStart,
@@ -117,8 +121,8 @@ impl Marks {
     }
 }
 
-/// A scheduler's inbox whose announcements and Ready reports are marked: where a queue's
-/// submission spends its time on the scheduler's side.
+/// A scheduler's inbox whose announcements, Ready and Idle reports are marked: where a queue's
+/// submission spends its time on the scheduler's side, and when its Idle came.
 pub struct MarkedSink {
     pub inner: EventSink,
     pub marks: Arc<Marks>,
@@ -126,13 +130,17 @@ pub struct MarkedSink {
 
 impl ReportSink for MarkedSink {
     fn report(&self, queue: QueueId, report: QueueReport) {
-        let ready = matches!(report, QueueReport::Ready { .. });
-        if ready {
-            self.marks.mark(What::ReadyStart);
+        let marked = match report {
+            QueueReport::Ready { .. } => Some((What::ReadyStart, What::ReadyEnd)),
+            QueueReport::Idle { .. } => Some((What::IdleStart, What::IdleEnd)),
+            _ => None,
+        };
+        if let Some((start, _)) = marked {
+            self.marks.mark(start);
         }
         self.inner.report(queue, report);
-        if ready {
-            self.marks.mark(What::ReadyEnd);
+        if let Some((_, end)) = marked {
+            self.marks.mark(end);
         }
     }
 
@@ -344,7 +352,7 @@ mod tests {
     }
 
     #[test]
-    fn a_marked_sink_marks_announcements_and_readies_and_forwards_everything() {
+    fn a_marked_sink_marks_announcements_readies_and_idles_and_forwards_everything() {
         #[derive(Default)]
         struct Seen(Mutex<Vec<&'static str>>);
         impl ReportSink for Seen {
@@ -394,7 +402,9 @@ mod tests {
                 What::AnnounceStart,
                 What::AnnounceEnd,
                 What::ReadyStart,
-                What::ReadyEnd
+                What::ReadyEnd,
+                What::IdleStart,
+                What::IdleEnd
             ]
         );
     }
