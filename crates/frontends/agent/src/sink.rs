@@ -204,18 +204,4 @@ impl ReportSink for Sink {
     fn submit_failed(&self, queue: QueueId) {
         self.on_board(queue, |s, q| s.submit_failed(q), show_on_board);
     }
-
-    /// Connected, an Idle is a report word, a board bit and a doorbell: no driver call in this
-    /// process, so the waiter reports it rather than wait for its queue's watcher to wake (the
-    /// queues it frees resume in their own processes). Unconnected, the local scheduler's
-    /// rule holds.
-    fn idle_from_waiter(&self) -> bool {
-        let Some(inner) = self.0.upgrade() else {
-            return false;
-        };
-        match &*inner.mode.read().unwrap_or_else(|p| p.into_inner()) {
-            Mode::Remote(_) => true,
-            Mode::Local => inner.local_sink.idle_from_waiter(),
-        }
-    }
 }

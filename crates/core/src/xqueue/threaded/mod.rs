@@ -37,15 +37,6 @@ pub trait ReportSink: Send + Sync {
     fn submit_failed(&self, queue: QueueId) {
         let _ = queue;
     }
-
-    /// Whether a waiter that saw its queue's last command complete reports the queue's Idle
-    /// itself, before it returns, rather than leave it to the completion watcher (which
-    /// notices later, once it has woken). Only where the report costs the waiter no driver
-    /// call: the resumes an Idle causes in a local scheduler would contend with the waiter's
-    /// return in the driver.
-    fn idle_from_waiter(&self) -> bool {
-        false
-    }
 }
 
 pub type EventSink = Arc<dyn ReportSink>;
@@ -321,16 +312,7 @@ where
             }
             if self.watcher.is_some() && self.inner.hal.completed() > seq {
                 // The watcher wakes on the same sync point and reports Idle; leaving that (and the
-                // resumes it may cause) to it keeps them off the waiter's critical path, unless
-                // the report is cheap for the waiter and the watcher's wake-up is not.
-                if self
-                    .inner
-                    .sink
-                    .as_ref()
-                    .is_some_and(|s| s.idle_from_waiter())
-                {
-                    self.inner.poll_and_report(self.id);
-                }
+                // resumes it may cause) to it keeps them off the waiter's critical path.
                 return Ok(());
             }
             self.inner.poll_and_report(self.id);
