@@ -502,7 +502,10 @@ impl CudaQueue {
         if let Some(ev) = ev {
             Self::record_taken(&mut g, ev, seq + 1);
         }
-        self.settle(&g);
+        // The window with this command in it is what `stoppable_after` judged: no second walk
+        // of it on the launch path. (A reap inside the launch only retired its oldest entries,
+        // which never makes a safe window unsafe.)
+        self.gate.settle(stoppable_after);
         Ok(())
     }
 

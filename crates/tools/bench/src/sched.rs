@@ -35,7 +35,7 @@ pub fn run_sched_pair(
         .map_err(BenchError::SchedulerStart)?;
     let register =
         |qs: QueueSpec, id: u32, prio: i32, marks: Option<Arc<Marks>>| -> Result<Arc<BenchQueue>> {
-            // With marks, the queue's announcements and Ready reports to the scheduler are marked.
+            // With marks, the queue's announcements, Ready and Idle reports to the scheduler are marked.
             let sink: EventSink = match &marks {
                 Some(m) => Arc::new(MarkedSink {
                     inner: sched.sink(),
