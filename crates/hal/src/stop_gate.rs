@@ -42,21 +42,38 @@ impl StopGate {
         Self(AtomicU32::new(0))
     }
 
-    /// Any thread: raises an open gate. `true`: the caller sets the flag now, then calls
-    /// [`Self::raised`] (or [`Self::raise_failed`] if the set could not be issued).
-    pub fn try_raise(&self) -> bool {
+    /// Any thread: the stop ahead. If the gate is open, raises it and issues the flag's set
+    /// with `set`. `Ok(true)`: raised; `Ok(false)`: closed, nothing done; `Err`: the set could
+    /// not be issued and the gate is closed (the caller settles it again under its lock).
+    pub fn raise_with<E>(&self, set: impl FnOnce() -> Result<(), E>) -> Result<bool, E> {
+        if !self.try_raise() {
+            return Ok(false);
+        }
+        match set() {
+            Ok(()) => {
+                self.raised();
+                Ok(true)
+            }
+            Err(e) => {
+                self.raise_failed();
+                Err(e)
+            }
+        }
+    }
+
+    fn try_raise(&self) -> bool {
         self.0
             .compare_exchange(OPEN, RAISING, SeqCst, SeqCst)
             .is_ok()
     }
 
-    /// The raiser issued the flag's set.
-    pub fn raised(&self) {
+    /// The flag's set is issued.
+    fn raised(&self) {
         self.0.store(RAISED, SeqCst);
     }
 
-    /// The raiser could not issue the set: closed; the lock holder opens it again if it may.
-    pub fn raise_failed(&self) {
+    /// The set could not be issued: closed; the lock holder opens it again if it may.
+    fn raise_failed(&self) {
         self.0.store(0, SeqCst);
     }
 

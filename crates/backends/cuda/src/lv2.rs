@@ -47,17 +47,11 @@ impl CudaQueue {
     /// level). The control stream is FIFO and the gate stays closed from a deactivate until its
     /// reactivate has issued the clear, so this set never lands before an earlier clear.
     pub(crate) fn lv2_stop_ahead(&self) -> bool {
-        if !self.gate.try_raise() {
-            return false;
-        }
-        match self.bind().and_then(|()| self.write_flag(true)) {
-            Ok(()) => {
-                self.gate.raised();
-                true
-            }
+        let set = || self.bind().and_then(|()| self.write_flag(true));
+        match self.gate.raise_with(set) {
+            Ok(raised) => raised,
             Err(e) => {
                 tracing::warn!(%e, "stop ahead: the flag was not set; the deactivate sets it");
-                self.gate.raise_failed();
                 self.settle(&self.lock());
                 false
             }

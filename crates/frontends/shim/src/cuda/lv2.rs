@@ -284,22 +284,26 @@ impl StreamHal {
         let Some(&(flag, control)) = self.ahead_target.get() else {
             return false;
         };
-        if !self.gate.try_raise() {
-            return false;
-        }
-        let set = {
+        let set = || {
             let _ctx = CtxGuard::enter(self.ctx);
-            driver::cuMemsetD32Async(flag, 1, 1, control as Handle)
+            match driver::cuMemsetD32Async(flag, 1, 1, control as Handle) {
+                SUCCESS => Ok(()),
+                e => Err(e),
+            }
         };
-        if set == SUCCESS {
-            self.gate.raised();
-            STOPPED_AHEAD.fetch_add(1, Ordering::Relaxed);
-            return true;
+        match self.gate.raise_with(set) {
+            Ok(raised) => {
+                if raised {
+                    STOPPED_AHEAD.fetch_add(1, Ordering::Relaxed);
+                }
+                raised
+            }
+            Err(e) => {
+                shim_log!("stop ahead: CUDA error {e} setting the flag; the deactivate sets it");
+                self.note_busy(&self.lock());
+                false
+            }
         }
-        shim_log!("stop ahead: CUDA error {set} setting the flag; the deactivate sets it");
-        self.gate.raise_failed();
-        self.note_busy(&self.lock());
-        false
     }
 
     /// Stopped guarded kernels wait for their relaunch (a stream query says not ready).
