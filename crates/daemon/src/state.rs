@@ -17,7 +17,7 @@ use xpreempt_core::sched::protocol::QueueState;
 use xpreempt_core::sched::{Driver, QueueInfo, SchedError, SchedEvent, Scheduler};
 use xpreempt_core::{Level, Nanos, QueueId, policy};
 use xpreempt_ipc::msg::{DaemonStats, QueueDecl};
-use xpreempt_ipc::shm::{Segment, decode_report};
+use xpreempt_ipc::shm::{Quiet, Segment, decode_report};
 use xpreempt_ipc::unix::Cred;
 
 /// Makes the scheduler of a device the first time a queue registers on it.
@@ -87,7 +87,7 @@ struct QueueEntry {
     /// Its bit on its user's board, and the fast path's words as last written to its slot.
     bit: Option<u32>,
     preempted_by: u128,
-    quiet: bool,
+    quiet: Quiet,
 }
 
 pub struct State {
@@ -198,7 +198,7 @@ impl State {
             s.command.store(0, Ordering::SeqCst);
             s.lift.store(0);
             s.preempted_by.store(0);
-            s.quiet.store(0, Ordering::SeqCst);
+            s.set_quiet(Quiet::Loud);
         }
         let driver = match self.devices.entry(decl.device) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
@@ -231,22 +231,22 @@ impl State {
                 level: decl.level,
                 bit,
                 preempted_by: 0,
-                quiet: false,
+                quiet: Quiet::Loud,
             },
         );
         self.refresh(decl.device);
         Ok((id, bit))
     }
 
-    /// A queue is about to join `device`: a queue alone there so far may have reported without
-    /// a doorbell (`quiet`); from now on it rings, and what it reported meanwhile is taken now.
+    /// A queue is about to join `device`: a queue there may have reported without a doorbell
+    /// so far (`quiet`); from now on it rings, and what it reported meanwhile is taken now.
     fn wake_quiet(&mut self, device: u32) {
         let quiet: Vec<(u64, u32)> = self
             .queues
             .values_mut()
-            .filter(|e| e.device == device && e.quiet)
+            .filter(|e| e.device == device && e.quiet != Quiet::Loud)
             .map(|e| {
-                e.quiet = false;
+                e.quiet = Quiet::Loud;
                 (e.client, e.slot)
             })
             .collect();
@@ -258,7 +258,7 @@ impl State {
                 .and_then(|seg| seg.slot(slot))
             {
                 // Cleared before the report is read: a Ready stored after this read rings.
-                s.quiet.store(0, Ordering::SeqCst);
+                s.set_quiet(Quiet::Loud);
             }
             self.take_reports(client);
         }

@@ -204,3 +204,41 @@ fn a_failed_first_launch_takes_the_bit_down_and_the_low_queue_runs_again() {
         assert_eq!(dev.dev.block_runs(low.hal(), s), vec![1, 1], "command {s}");
     }
 }
+
+/// A queue above every other queue of its device, all on its board, rings the daemon for its
+/// Ready from its completion watcher instead of its submitting thread: the daemon must still
+/// hear of its work and decide on it (nothing here asks the daemon to read the reports).
+#[test]
+fn a_queue_whose_ready_rings_late_is_still_decided_on() {
+    let sock = socket("ready-late");
+    let _d = daemon(&sock);
+    let dev = Device::new();
+    let (a, b) = (agent(&sock, "low"), agent(&sock, "high"));
+    let low = queue(&a, &dev, 1);
+    let high = queue(&b, &dev, 10);
+    let mut op = Operator::connect(&sock);
+    let decided = |op: &mut Operator| match op.ask(&ClientMsg::Stats) {
+        DaemonMsg::Stats(s) => s
+            .devices
+            .iter()
+            .map(|d| d.scheduler.preemptions)
+            .sum::<u64>(),
+        other => panic!("{other:?}"),
+    };
+    for _ in 0..30 {
+        low.submit(kernel(2, 20_000_000)).unwrap();
+    }
+    for round in 0..5 {
+        let before = decided(&mut op);
+        high.submit(kernel(1, 50_000_000)).unwrap();
+        assert!(
+            within(Duration::from_secs(2), || decided(&mut op) > before).is_some(),
+            "round {round}: the daemon did not decide on the high queue's work"
+        );
+        high.wait_all().unwrap();
+    }
+    low.wait_all().unwrap();
+    for s in 0..30 {
+        assert_eq!(dev.dev.block_runs(low.hal(), s), vec![1, 1], "command {s}");
+    }
+}

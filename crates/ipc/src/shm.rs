@@ -9,7 +9,8 @@
 //! With the fast path ([`crate::board`]) a slot also carries the queue's part of it: which bits
 //! of the user's board stop the queue at once (`preempted_by`), which bits a suspension of the
 //! daemon's lasts for (`lift`, with [`Command::liftable`]), and the queue's own bit's
-//! neighbourhood (`quiet`: the daemon needs no wake-up for this queue's Ready/Idle).
+//! neighbourhood (`quiet`: which of the queue's Ready/Idle reports need no wake-up of the daemon
+//! at once, [`Quiet`]).
 
 use crate::board::Bits;
 use crate::mapping::{Mapping, futex_wait, futex_wake};
@@ -71,9 +72,26 @@ pub struct Slot {
     /// Daemon → agent: with [`Command::liftable`], the daemon's suspension lasts only while one
     /// of these bits is set. Written before the command word that refers to it.
     pub lift: Bits,
-    /// Daemon → agent: nonzero while the daemon needs no doorbell for this queue's Ready/Idle
-    /// (nothing else on its device to decide for); it reads the report when it needs it.
+    /// Daemon → agent: which of this queue's reports need not ring the daemon at once
+    /// ([`Quiet`], encoded; [`Slot::quiet`] reads it).
     pub quiet: AtomicU32,
+}
+
+/// Which of a queue's Ready/Idle reports the daemon needs a doorbell for, as the fast path's
+/// neighbourhood of the queue allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Quiet {
+    /// Every report rings at once.
+    Loud = 0,
+    /// None rings: nothing else on the queue's device to decide for; the daemon reads the
+    /// report when it needs it.
+    Alone = 1,
+    /// A Ready may ring later, off the application's thread (the agent's
+    /// `ReportSink::flush`): the queue ranks above every other queue of its device, and those
+    /// all sit on its board, so its bit alone stops them; the daemon only confirms. An Idle
+    /// rings at once.
+    ReadyLate = 2,
 }
 
 /// What the daemon tells a queue: run or stay suspended, and whether submissions are refused.
@@ -122,6 +140,19 @@ impl Slot {
                 return (Command::decode(word), lift);
             }
         }
+    }
+
+    /// What the daemon last said about this queue's reports (an unknown word: ring for all).
+    pub fn quiet(&self) -> Quiet {
+        match self.quiet.load(Ordering::SeqCst) {
+            1 => Quiet::Alone,
+            2 => Quiet::ReadyLate,
+            _ => Quiet::Loud,
+        }
+    }
+
+    pub fn set_quiet(&self, quiet: Quiet) {
+        self.quiet.store(quiet as u32, Ordering::SeqCst);
     }
 }
 

@@ -5,7 +5,9 @@
 //!   ([`xpreempt_core::policy::Policy::preemption_rank`]), whose agents then ring its agent;
 //! - each command's `lift` bits: a suspension the policy's order explains entirely (every rival
 //!   is above it, has a bit, shares the board and still answers) ends when those bits clear;
-//! - `quiet`: a queue alone on its device needs no doorbell at all.
+//! - `quiet`: a queue alone on its device needs no doorbell at all; one above every other queue
+//!   of its device, all of them on its board, needs none at once for its Ready (its bit stops
+//!   them; the daemon only confirms), and its agent rings off the application's thread.
 //!
 //! Queues of clients the watchdog silenced, of other users, or beyond the board's bits are
 //! left out: they are decided through the daemon alone, as without the fast path.
@@ -13,9 +15,9 @@
 use super::State;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use xpreempt_core::QueueId;
 use xpreempt_ipc::board::{BOARD_BELLS, BOARD_BITS, Bits, Board};
+use xpreempt_ipc::shm::Quiet;
 
 /// An agent's place on its user's board.
 #[derive(Clone)]
@@ -122,6 +124,7 @@ impl Boards {
 }
 
 /// One queue of a device as the fast path sees it.
+#[derive(Clone)]
 struct Seen {
     id: QueueId,
     client: u64,
@@ -130,6 +133,25 @@ struct Seen {
     bit: Option<u32>,
     rank: i64,
     active: bool,
+}
+
+/// Which of `s`'s reports must ring the daemon at once. `seen` is every queue of its device,
+/// `ranked` whether the policy's order alone decides there (no hooks).
+fn quiet(s: &Seen, seen: &[Seen], ranked: bool) -> Quiet {
+    let user = |x: &Seen| x.seat.map(|(uid, _)| uid);
+    if !ranked {
+        Quiet::Loud
+    } else if seen.len() == 1 {
+        Quiet::Alone
+    } else if s.bit.is_some()
+        && seen
+            .iter()
+            .all(|w| w.id == s.id || (w.rank < s.rank && w.bit.is_some() && user(w) == user(s)))
+    {
+        Quiet::ReadyLate
+    } else {
+        Quiet::Loud
+    }
 }
 
 impl State {
@@ -144,7 +166,7 @@ impl State {
         } else {
             None
         };
-        let lone = ranks.is_some() && d.queues().count() == 1 && !d.scheduler().wants_work();
+        let on_device = d.queues().count();
         let rank_of: BTreeMap<QueueId, (i64, bool)> = ranks
             .iter()
             .flatten()
@@ -171,6 +193,7 @@ impl State {
                 })
             })
             .collect();
+        let ranked = ranks.is_some() && !d.scheduler().wants_work() && seen.len() == on_device;
         // Per user, the seated queues by rank, highest first.
         let mut by_user: BTreeMap<u32, Vec<&Seen>> = BTreeMap::new();
         for s in seen.iter().filter(|s| s.seat.is_some()) {
@@ -215,9 +238,10 @@ impl State {
                 slot.preempted_by.store(preempted_by);
                 ring.insert(s.client);
             }
-            if e.quiet != lone {
-                e.quiet = lone;
-                slot.quiet.store(u32::from(lone), Ordering::SeqCst);
+            let quiet = quiet(s, &seen, ranked);
+            if e.quiet != quiet {
+                e.quiet = quiet;
+                slot.set_quiet(quiet);
             }
             let Some(q) = d.queue_mut(s.id) else { continue };
             // A suspension ends by itself when every rival for the device is above this queue
@@ -270,6 +294,48 @@ impl State {
             }
             (None, Some(seg)) => seg.header().to_agent.ring(),
             (None, None) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(id: u32, uid: Option<u32>, rank: i64) -> Seen {
+        Seen {
+            id: QueueId(id),
+            client: u64::from(id),
+            seat: uid.map(|u| (u, id)),
+            bit: uid.map(|_| id),
+            rank,
+            active: false,
+        }
+    }
+
+    #[test]
+    fn a_queue_above_every_queue_of_its_board_may_ring_late_for_its_ready() {
+        let device = [
+            seen(1, Some(7), 1),
+            seen(2, Some(7), 0),
+            seen(3, Some(7), 0),
+        ];
+        assert_eq!(quiet(&device[0], &device, true), Quiet::ReadyLate);
+        assert_eq!(quiet(&device[1], &device, true), Quiet::Loud);
+        assert_eq!(quiet(&device[0], &device, false), Quiet::Loud, "hooks");
+        assert_eq!(quiet(&device[0], &device[..1], true), Quiet::Alone);
+    }
+
+    #[test]
+    fn a_queue_below_it_off_its_board_needs_the_daemon_at_once() {
+        let top = seen(1, Some(7), 1);
+        for other in [
+            seen(2, Some(8), 0), // another user's board
+            seen(2, None, 0),    // silenced, or no seat
+            seen(2, Some(7), 1), // as high: the daemon decides between them
+        ] {
+            let device = [top.clone(), other];
+            assert_eq!(quiet(&device[0], &device, true), Quiet::Loud);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! board say, beats the heartbeat and publishes queue statistics; it notices a dead daemon and
 //! falls back to local scheduling. Unconnected, it tries to connect now and then.
 
-use crate::sink::{bit_of, is_active, publish};
+use crate::sink::{bit_of, is_active, pay_owed_ring, publish};
 use crate::{
     AgentError, Connection, Entry, Inner, Mode, connect, local_info, register_remote, set_bit,
 };
@@ -72,6 +72,7 @@ fn run(inner: &Inner, spin: Duration) {
             stats_at = now;
             publish_stats(inner);
             clear_stale_bits(inner);
+            pay_owed_rings(inner);
             if daemon_gone(inner) {
                 go_local(inner);
                 continue;
@@ -181,6 +182,15 @@ fn clear_stale_bits(inner: &Inner) {
             board.announce(bit, is_active(s.report.load(Ordering::SeqCst)));
             e.stale_bit = None;
         }
+    }
+}
+
+/// A Ready's ring put off for a watcher that had already turned to the hardware is paid within
+/// a heartbeat.
+fn pay_owed_rings(inner: &Inner) {
+    let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
+    for queue in 0..inner.rings_owed.len() {
+        pay_owed_ring(inner, &mode, queue);
     }
 }
 

@@ -125,6 +125,10 @@ pub(crate) struct Inner {
     /// Each queue's newest Ready/Idle report as a slot word, kept in both modes so that a switch
     /// hands the other scheduler the queue's current state.
     pub reports: Vec<AtomicU64>,
+    /// Each slot's Ready whose ring of the daemon is put off
+    /// ([`xpreempt_ipc::shm::Quiet::ReadyLate`]) until the queue's completion watcher flushes
+    /// it, or the next heartbeat.
+    pub rings_owed: Vec<AtomicBool>,
     /// Each slot's bit on the board plus one (0: none), read on every submission.
     pub bits: Vec<AtomicU32>,
     pub local: LocalScheduler,
@@ -207,6 +211,7 @@ impl Agent {
             mode: RwLock::new(Mode::Local),
             queues: Mutex::new((0..SLOTS).map(|_| None).collect()),
             reports: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            rings_owed: (0..SLOTS).map(|_| AtomicBool::new(false)).collect(),
             bits: (0..SLOTS).map(|_| AtomicU32::new(0)).collect(),
             local_sink: local.sink(),
             wants_work: Arc::new(AtomicBool::new(false)),

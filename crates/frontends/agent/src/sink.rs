@@ -1,6 +1,8 @@
 //! Where the process's queues report. Ready/Idle go into the queue's slot, flip the queue's bit
 //! on the board (ringing the agents of the queues it preempts), and ring the daemon unless it
-//! said it needs no doorbell for the queue (no system call while the daemon's thread is awake);
+//! said it needs no doorbell for the queue, or none at once for its Ready (then the queue's
+//! completion watcher rings, off the application's thread: a ring is a system call while the
+//! daemon sleeps);
 //! admission retries and hook work go over the socket; without a daemon everything goes to the
 //! local scheduler.
 
@@ -13,7 +15,7 @@ use xpreempt_core::xqueue::threaded::{EventSink, ReportSink};
 use xpreempt_ipc::board::Board;
 use xpreempt_ipc::frame;
 use xpreempt_ipc::msg::ClientMsg;
-use xpreempt_ipc::shm::encode_report;
+use xpreempt_ipc::shm::{Doorbell, Quiet, encode_report};
 
 /// The agent, held weakly, and its mirror of whether the scheduler wants work reports (read on
 /// every submission, so it stays one atomic load).
@@ -78,11 +80,36 @@ pub(crate) fn publish(inner: &Inner, mode: &Mode, queue: QueueId, report: QueueR
             if let Some((b, bit)) = board {
                 show_on_board(b, bit, &slot.report);
             }
-            if stored && slot.quiet.load(Ordering::SeqCst) == 0 {
-                conn.segment.header().to_daemon.ring();
+            if stored && let Some(owed) = inner.rings_owed.get(queue.0 as usize) {
+                ring_daemon(&conn.segment.header().to_daemon, slot.quiet(), owed, word);
             }
         }
         Mode::Local => inner.local_sink.report(queue, report),
+    }
+}
+
+/// Rings the daemon for a report word just stored, as the slot's `quiet` says: not at all, at
+/// once, or (a Ready the board has acted on already) later, when the queue's watcher flushes.
+pub(crate) fn ring_daemon(bell: &Doorbell, quiet: Quiet, owed: &AtomicBool, word: u64) {
+    match quiet {
+        Quiet::Alone => {}
+        Quiet::ReadyLate if is_active(word) => owed.store(true, Ordering::SeqCst),
+        Quiet::ReadyLate | Quiet::Loud => {
+            owed.store(false, Ordering::SeqCst);
+            bell.ring();
+        }
+    }
+}
+
+/// Pays a ring of the daemon that `ring_daemon` put off for `queue`, if any.
+pub(crate) fn pay_owed_ring(inner: &Inner, mode: &Mode, queue: usize) {
+    let Some(owed) = inner.rings_owed.get(queue) else {
+        return;
+    };
+    if owed.swap(false, Ordering::SeqCst)
+        && let Mode::Remote(conn) = mode
+    {
+        conn.segment.header().to_daemon.ring();
     }
 }
 
@@ -203,5 +230,54 @@ impl ReportSink for Sink {
     /// The announced submission failed: the bit goes back to what the queue's report says.
     fn submit_failed(&self, queue: QueueId) {
         self.on_board(queue, |s, q| s.submit_failed(q), show_on_board);
+    }
+
+    fn flush(&self, queue: QueueId) {
+        let Some(inner) = self.0.upgrade() else {
+            return;
+        };
+        if inner
+            .rings_owed
+            .get(queue.0 as usize)
+            .is_some_and(|owed| owed.load(Ordering::Relaxed))
+        {
+            let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
+            pay_owed_ring(&inner, &mode, queue.0 as usize);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn word(report: QueueReport) -> u64 {
+        encode_report(report).expect("a Ready/Idle")
+    }
+
+    #[test]
+    fn a_ready_the_board_acted_on_leaves_its_ring_of_the_daemon_owed() {
+        let bell = Doorbell::new();
+        let owed = AtomicBool::new(false);
+        let ready = word(QueueReport::Ready {
+            pending: 0,
+            generation: 1,
+        });
+        let idle = word(QueueReport::Idle { generation: 2 });
+
+        ring_daemon(&bell, Quiet::ReadyLate, &owed, ready);
+        assert_eq!(bell.value(), 0, "rang on the application's thread");
+        assert!(owed.load(Ordering::SeqCst));
+        // The Idle rings at once, and its ring carries the Ready's.
+        ring_daemon(&bell, Quiet::ReadyLate, &owed, idle);
+        assert_eq!(bell.value(), 1);
+        assert!(!owed.load(Ordering::SeqCst));
+
+        ring_daemon(&bell, Quiet::Loud, &owed, ready);
+        assert_eq!(bell.value(), 2);
+        ring_daemon(&bell, Quiet::Alone, &owed, ready);
+        ring_daemon(&bell, Quiet::Alone, &owed, idle);
+        assert_eq!(bell.value(), 2);
+        assert!(!owed.load(Ordering::SeqCst));
     }
 }

@@ -37,6 +37,13 @@ pub trait ReportSink: Send + Sync {
     fn submit_failed(&self, queue: QueueId) {
         let _ = queue;
     }
+
+    /// What the sink held back from a report to keep it off the application's thread (a
+    /// wake-up of the scheduler it owes) goes out now. The completion watcher calls it before
+    /// and after each wait on the hardware, which it turns to soon after any Ready.
+    fn flush(&self, queue: QueueId) {
+        let _ = queue;
+    }
 }
 
 pub type EventSink = Arc<dyn ReportSink>;
@@ -276,6 +283,10 @@ where
         // The watcher reports the Idle this wait is likely to end in: it starts now, off this
         // thread, rather than at its next poll.
         self.inner.pay_owed_wake();
+        if self.watcher.is_none() {
+            // Nobody else would.
+            self.inner.flush_sink(self.id);
+        }
         // Cleared for a hardware that cannot block (a virtual clock): then the watcher reports.
         let mut direct = true;
         loop {
@@ -549,6 +560,12 @@ impl<H: HwQueue> Inner<H> {
         }
         if let Some(report) = report {
             self.report(id, report);
+        }
+    }
+
+    fn flush_sink(&self, id: QueueId) {
+        if let Some(sink) = &self.sink {
+            sink.flush(id);
         }
     }
 

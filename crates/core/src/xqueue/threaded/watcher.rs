@@ -116,6 +116,7 @@ pub(super) fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
             inner.wake_owed.store(false, Ordering::Relaxed);
             target
         };
+        inner.flush_sink(id);
         match inner.hal.synchronize(target) {
             Ok(()) => {}
             // A virtual-clock backend cannot block: poll it instead.
@@ -126,5 +127,7 @@ pub(super) fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
             }
         }
         inner.poll_and_report(id);
+        // A Ready reported after the flush above (its submission woke the watcher first).
+        inner.flush_sink(id);
     }
 }
