@@ -210,6 +210,7 @@ fn a_failed_first_launch_takes_the_bit_down_and_the_low_queue_runs_again() {
 /// hear of its work and decide on it (nothing here asks the daemon to read the reports).
 #[test]
 fn a_queue_whose_ready_rings_late_is_still_decided_on() {
+    use xpreempt_core::sched::protocol::QueueState;
     let sock = socket("ready-late");
     let _d = daemon(&sock);
     let dev = Device::new();
@@ -236,6 +237,17 @@ fn a_queue_whose_ready_rings_late_is_still_decided_on() {
             "round {round}: the daemon did not decide on the high queue's work"
         );
         high.wait_all().unwrap();
+        // The daemon takes the Idle in before the next round (the list reads every report): a
+        // Ready stored before it read the Idle would hide the Idle, and with it the next round's
+        // decision.
+        let high_id = b.remote_id(high.id()).expect("registered");
+        assert!(
+            within(Duration::from_secs(2), || op
+                .list()
+                .iter()
+                .any(|r| r.queue == high_id && r.state == QueueState::Idle))
+            .is_some()
+        );
     }
     low.wait_all().unwrap();
     for s in 0..30 {
