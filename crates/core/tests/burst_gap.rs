@@ -2,7 +2,8 @@
 //! submission (here: while the first submission is still reporting its Ready) stays busy across
 //! the burst with a burst gap (`QueueConfig::with_burst_gap`), and goes idle and busy again
 //! inside it without one. With the gap, a waiter that saw the last completion also returns
-//! before the queue reports Idle.
+//! before the queue reports Idle. A sink that asks for it (`ReportSink::idle_from_waiter`) gets
+//! the Idle from the waiter, before it returns, however late the watcher wakes.
 
 mod common;
 
@@ -133,6 +134,8 @@ fn with_a_burst_gap_it_stays_busy_across_the_burst_and_goes_idle_after_it() {
 struct SlowReturn {
     queue: RefQueue,
     late: Duration,
+    /// How long the watcher's synchronize is held up after it saw the completion.
+    watcher_late: Duration,
     times: Arc<Times>,
 }
 
@@ -142,6 +145,8 @@ struct Times {
     done: Mutex<Option<Instant>>,
     left: Mutex<Option<Instant>>,
     idle: Mutex<Option<Instant>>,
+    /// What `idle_from_waiter` answers.
+    from_waiter: bool,
 }
 
 impl HwQueue for SlowReturn {
@@ -181,7 +186,9 @@ impl HwQueue for SlowReturn {
             .unwrap()
             .get_or_insert_with(Instant::now);
         let name = std::thread::current().name().unwrap_or("").to_string();
-        if !name.starts_with("xpreempt-") {
+        if name.starts_with("xpreempt-") {
+            std::thread::sleep(self.watcher_late);
+        } else {
             std::thread::sleep(self.late);
             *self.times.left.lock().unwrap() = Some(Instant::now());
         }
@@ -198,6 +205,10 @@ impl ReportSink for Times {
 
     fn wants_work(&self) -> bool {
         false
+    }
+
+    fn idle_from_waiter(&self, _: QueueId) -> bool {
+        self.from_waiter
     }
 }
 
@@ -217,6 +228,7 @@ fn idle_against_the_wait(gap: Duration, late: Duration) -> (i128, Duration) {
     let hal = SlowReturn {
         queue: dev.create_queue(Level::Lv1),
         late,
+        watcher_late: Duration::ZERO,
         times: times.clone(),
     };
     let q = SharedXQueue::new(
@@ -249,4 +261,39 @@ fn the_idle_waits_for_a_waiter_that_saw_the_completion_to_return() {
     // Without the gap, the watcher reports it while the waiter is still held up (50 ms).
     let (after_left, _) = idle_against_the_wait(Duration::ZERO, Duration::from_millis(50));
     assert!(after_left < 0, "Idle {after_left} ns after the waiter left");
+}
+
+/// Whether the queue's Idle had been reported when the waiter returned, the watcher's wake-up
+/// being 50 ms late.
+fn idle_before_the_wait_returns(from_waiter: bool) -> bool {
+    let dev = RefDevice::new();
+    let _clock = WallClock::start(&dev);
+    let times = Arc::new(Times {
+        from_waiter,
+        ..Times::default()
+    });
+    let hal = SlowReturn {
+        queue: dev.create_queue(Level::Lv1),
+        late: Duration::ZERO,
+        watcher_late: Duration::from_millis(50),
+        times: times.clone(),
+    };
+    let config = QueueConfig::new(4, 2, Level::Lv1).unwrap();
+    let q = SharedXQueue::new(
+        XQueue::new(QueueId(1), config, hal.max_level()),
+        hal,
+        Some(times.clone()),
+    );
+    let seq = q.submit(kernel()).unwrap();
+    q.wait(seq).unwrap();
+    let reported = times.idle.lock().unwrap().is_some();
+    assert!(within(|| times.idle.lock().unwrap().is_some()), "no Idle");
+    reported
+}
+
+#[test]
+fn a_sink_that_asks_gets_the_idle_from_the_waiter() {
+    assert!(idle_before_the_wait_returns(true));
+    // Otherwise the watcher reports it, once it has woken.
+    assert!(!idle_before_the_wait_returns(false));
 }

@@ -87,11 +87,10 @@ pub enum Quiet {
     /// None rings: nothing else on the queue's device to decide for; the daemon reads the
     /// report when it needs it.
     Alone = 1,
-    /// A Ready may ring later, off the application's thread (the agent's
+    /// Every report may ring later, off the application's thread (the agent's
     /// `ReportSink::flush`): the queue ranks above every other queue of its device, and those
-    /// all sit on its board, so its bit alone stops them; the daemon only confirms. An Idle
-    /// rings at once.
-    ReadyLate = 2,
+    /// all sit on its board, so its bit alone stops and restarts them; the daemon only confirms.
+    Late = 2,
 }
 
 /// What the daemon tells a queue: run or stay suspended, and whether submissions are refused.
@@ -146,7 +145,7 @@ impl Slot {
     pub fn quiet(&self) -> Quiet {
         match self.quiet.load(Ordering::SeqCst) {
             1 => Quiet::Alone,
-            2 => Quiet::ReadyLate,
+            2 => Quiet::Late,
             _ => Quiet::Loud,
         }
     }

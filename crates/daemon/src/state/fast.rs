@@ -6,7 +6,7 @@
 //! - each command's `lift` bits: a suspension the policy's order explains entirely (every rival
 //!   is above it, has a bit, shares the board and still answers) ends when those bits clear;
 //! - `quiet`: a queue alone on its device needs no doorbell at all; one above every other queue
-//!   of its device, all of them on its board, needs none at once for its Ready (its bit stops
+//!   of its device, all of them on its board, needs none at once (its bit stops and restarts
 //!   them; the daemon only confirms), and its agent rings off the application's thread.
 //!
 //! Queues of clients the watchdog silenced, of other users, or beyond the board's bits are
@@ -148,7 +148,7 @@ fn quiet(s: &Seen, seen: &[Seen], ranked: bool) -> Quiet {
             .iter()
             .all(|w| w.id == s.id || (w.rank < s.rank && w.bit.is_some() && user(w) == user(s)))
     {
-        Quiet::ReadyLate
+        Quiet::Late
     } else {
         Quiet::Loud
     }
@@ -314,13 +314,13 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_above_every_queue_of_its_board_may_ring_late_for_its_ready() {
+    fn a_queue_above_every_queue_of_its_board_may_ring_late() {
         let device = [
             seen(1, Some(7), 1),
             seen(2, Some(7), 0),
             seen(3, Some(7), 0),
         ];
-        assert_eq!(quiet(&device[0], &device, true), Quiet::ReadyLate);
+        assert_eq!(quiet(&device[0], &device, true), Quiet::Late);
         assert_eq!(quiet(&device[1], &device, true), Quiet::Loud);
         assert_eq!(quiet(&device[0], &device, false), Quiet::Loud, "hooks");
         assert_eq!(quiet(&device[0], &device[..1], true), Quiet::Alone);

@@ -125,9 +125,9 @@ pub(crate) struct Inner {
     /// Each queue's newest Ready/Idle report as a slot word, kept in both modes so that a switch
     /// hands the other scheduler the queue's current state.
     pub reports: Vec<AtomicU64>,
-    /// Each slot's Ready whose ring of the daemon is put off
-    /// ([`xpreempt_ipc::shm::Quiet::ReadyLate`]) until the queue's completion watcher flushes
-    /// it, or the next heartbeat.
+    /// Each slot's report whose ring of the daemon is put off
+    /// ([`xpreempt_ipc::shm::Quiet::Late`]) until the queue's completion watcher flushes it, or
+    /// the next heartbeat.
     pub rings_owed: Vec<AtomicBool>,
     /// Each slot's bit on the board plus one (0: none), read on every submission.
     pub bits: Vec<AtomicU32>,

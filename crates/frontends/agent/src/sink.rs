@@ -81,20 +81,20 @@ pub(crate) fn publish(inner: &Inner, mode: &Mode, queue: QueueId, report: QueueR
                 show_on_board(b, bit, &slot.report);
             }
             if stored && let Some(owed) = inner.rings_owed.get(queue.0 as usize) {
-                ring_daemon(&conn.segment.header().to_daemon, slot.quiet(), owed, word);
+                ring_daemon(&conn.segment.header().to_daemon, slot.quiet(), owed);
             }
         }
         Mode::Local => inner.local_sink.report(queue, report),
     }
 }
 
-/// Rings the daemon for a report word just stored, as the slot's `quiet` says: not at all, at
-/// once, or (a Ready the board has acted on already) later, when the queue's watcher flushes.
-pub(crate) fn ring_daemon(bell: &Doorbell, quiet: Quiet, owed: &AtomicBool, word: u64) {
+/// Rings the daemon for a report just stored, as the slot's `quiet` says: not at all, at once,
+/// or (a report the board has acted on already) later, when the queue's watcher flushes.
+pub(crate) fn ring_daemon(bell: &Doorbell, quiet: Quiet, owed: &AtomicBool) {
     match quiet {
         Quiet::Alone => {}
-        Quiet::ReadyLate if is_active(word) => owed.store(true, Ordering::SeqCst),
-        Quiet::ReadyLate | Quiet::Loud => {
+        Quiet::Late => owed.store(true, Ordering::SeqCst),
+        Quiet::Loud => {
             owed.store(false, Ordering::SeqCst);
             bell.ring();
         }
@@ -232,6 +232,23 @@ impl ReportSink for Sink {
         self.on_board(queue, |s, q| s.submit_failed(q), show_on_board);
     }
 
+    /// Connected, with the board carrying the queue's reports ([`Quiet::Late`]), an Idle is a
+    /// report word and a board bit (the agents it rings spin while it preempts them, and the
+    /// daemon's ring waits for the watcher): the waiter reports it, and the queues it frees
+    /// resume in their own processes at once.
+    fn idle_from_waiter(&self, queue: QueueId) -> bool {
+        let Some(inner) = self.0.upgrade() else {
+            return false;
+        };
+        match &*inner.mode.read().unwrap_or_else(|p| p.into_inner()) {
+            Mode::Remote(conn) => conn
+                .segment
+                .slot(queue.0)
+                .is_some_and(|s| s.quiet() == Quiet::Late),
+            Mode::Local => false,
+        }
+    }
+
     fn flush(&self, queue: QueueId) {
         let Some(inner) = self.0.upgrade() else {
             return;
@@ -251,33 +268,20 @@ impl ReportSink for Sink {
 mod tests {
     use super::*;
 
-    fn word(report: QueueReport) -> u64 {
-        encode_report(report).expect("a Ready/Idle")
-    }
-
     #[test]
-    fn a_ready_the_board_acted_on_leaves_its_ring_of_the_daemon_owed() {
+    fn a_report_the_board_acted_on_leaves_its_ring_of_the_daemon_owed() {
         let bell = Doorbell::new();
         let owed = AtomicBool::new(false);
-        let ready = word(QueueReport::Ready {
-            pending: 0,
-            generation: 1,
-        });
-        let idle = word(QueueReport::Idle { generation: 2 });
-
-        ring_daemon(&bell, Quiet::ReadyLate, &owed, ready);
+        ring_daemon(&bell, Quiet::Late, &owed);
+        ring_daemon(&bell, Quiet::Late, &owed);
         assert_eq!(bell.value(), 0, "rang on the application's thread");
         assert!(owed.load(Ordering::SeqCst));
-        // The Idle rings at once, and its ring carries the Ready's.
-        ring_daemon(&bell, Quiet::ReadyLate, &owed, idle);
+        // A loud report rings at once, and its ring carries what was owed.
+        ring_daemon(&bell, Quiet::Loud, &owed);
         assert_eq!(bell.value(), 1);
         assert!(!owed.load(Ordering::SeqCst));
-
-        ring_daemon(&bell, Quiet::Loud, &owed, ready);
-        assert_eq!(bell.value(), 2);
-        ring_daemon(&bell, Quiet::Alone, &owed, ready);
-        ring_daemon(&bell, Quiet::Alone, &owed, idle);
-        assert_eq!(bell.value(), 2);
+        ring_daemon(&bell, Quiet::Alone, &owed);
+        assert_eq!(bell.value(), 1);
         assert!(!owed.load(Ordering::SeqCst));
     }
 }

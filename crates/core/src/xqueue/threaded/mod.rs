@@ -38,6 +38,16 @@ pub trait ReportSink: Send + Sync {
         let _ = queue;
     }
 
+    /// Whether a waiter that saw `queue`'s last command complete reports the queue's Idle
+    /// itself, before it returns, rather than leave it to the completion watcher, which notices
+    /// later, once it has woken. Only where the report costs the waiter no driver call and no
+    /// system call: the resumes an Idle causes in a local scheduler would contend with the
+    /// waiter's return in the driver.
+    fn idle_from_waiter(&self, queue: QueueId) -> bool {
+        let _ = queue;
+        false
+    }
+
     /// What the sink held back from a report to keep it off the application's thread (a
     /// wake-up of the scheduler it owes) goes out now. The completion watcher calls it before
     /// and after each wait on the hardware, which it turns to soon after any Ready.
@@ -323,7 +333,22 @@ where
             }
             if self.watcher.is_some() && self.inner.hal.completed() > seq {
                 // The watcher wakes on the same sync point and reports Idle; leaving that (and the
-                // resumes it may cause) to it keeps them off the waiter's critical path.
+                // resumes it may cause) to it keeps them off the waiter's critical path, unless
+                // the sink takes the report at no cost to the waiter.
+                if self
+                    .inner
+                    .sink
+                    .as_ref()
+                    .is_some_and(|s| s.idle_from_waiter(self.id))
+                {
+                    let polled = {
+                        let mut q = self.inner.lock();
+                        let now = self.inner.now();
+                        self.inner.poll_locked(&mut q, now)
+                    };
+                    // Other waiters hear of it from the watcher's poll, which follows.
+                    self.inner.report_progress(self.id, polled);
+                }
                 return Ok(());
             }
             self.inner.poll_and_report(self.id);
