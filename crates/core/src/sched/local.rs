@@ -23,7 +23,7 @@ use super::stop_plan::{StopPlan, plan_ids};
 use crate::stats::SchedulerStats;
 use crate::xqueue::QueueOpError;
 use crate::xqueue::threaded::{EventSink, Preemptible, ReportSink};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -44,8 +44,6 @@ struct Shared {
     shutdown: AtomicBool,
     /// Mirrors [`Scheduler::wants_work`], read on every submission without the lock.
     wants_work: Arc<AtomicBool>,
-    /// Bumped by the preemption thread when it begins the stops of announcements it claimed.
-    stops_begun: AtomicU64,
     epoch: Instant,
 }
 
@@ -107,20 +105,10 @@ impl ReportSink for Sink {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        let begun = shared.stops_begun.load(Ordering::Acquire);
         if shared.preempter.is_spinning() && shared.announced.announce(queue) {
             // The spinning thread watches the announcements; if it stopped spinning meanwhile,
             // it is woken.
             shared.preempter.nudge();
-            // The stops go into the driver before this submission's launch, as a dedicated
-            // controller's would: in one context, a stop that lands in the middle of the launch
-            // call makes it longer.
-            let start = Instant::now();
-            while shared.stops_begun.load(Ordering::Acquire) == begun
-                && start.elapsed() < STOPS_FIRST_MAX
-            {
-                std::hint::spin_loop();
-            }
         } else if let Err(e) = shared.run(|d, clock| d.announce(queue, clock)) {
             tracing::warn!(%e, "announcement ignored");
         }
@@ -151,7 +139,6 @@ impl LocalScheduler {
     pub fn start_with(scheduler: Scheduler, hot: Duration) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             wants_work: Arc::new(AtomicBool::new(scheduler.wants_work())),
-            stops_begun: AtomicU64::new(0),
             driver: Mutex::new(Driver::new(scheduler)),
             preempter: Arc::new(Preempter::new(hot)),
             announced: Announcements::default(),
@@ -411,7 +398,6 @@ fn decide_announced(shared: &Shared) {
     if !queues.is_empty() {
         let plan = shared.current_plan();
         let mut stopped: Vec<(QueueId, Result<Option<QueueReport>, QueueOpError>)> = Vec::new();
-        shared.stops_begun.fetch_add(1, Ordering::Release);
         for v in queues.iter().flat_map(|&q| plan.victims(q)) {
             if !stopped.iter().any(|(id, _)| *id == v.id) {
                 stopped.push((v.id, Preemptible::suspend(&*v.queue)));
@@ -449,10 +435,6 @@ fn decide_announced(shared: &Shared) {
         });
     }
 }
-
-/// The longest a submission waits for the preemption thread to begin the stops its
-/// announcement makes.
-const STOPS_FIRST_MAX: Duration = Duration::from_micros(3);
 
 /// How long one spin of the preemption thread lasts before it looks whether it is still hot.
 const SPIN_SLICE: Duration = Duration::from_millis(1);
