@@ -185,8 +185,8 @@ fn clear_stale_bits(inner: &Inner) {
     }
 }
 
-/// A Ready's ring put off for a watcher that had already turned to the hardware is paid within
-/// a heartbeat.
+/// A ring put off for a watcher that had already turned to the hardware is paid within a
+/// heartbeat.
 fn pay_owed_rings(inner: &Inner) {
     let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
     for queue in 0..inner.rings_owed.len() {

@@ -1,8 +1,7 @@
 //! Where the process's queues report. Ready/Idle go into the queue's slot, flip the queue's bit
 //! on the board (ringing the agents of the queues it preempts), and ring the daemon unless it
-//! said it needs no doorbell for the queue, or none at once for its Ready (then the queue's
-//! completion watcher rings, off the application's thread: a ring is a system call while the
-//! daemon sleeps);
+//! said it needs no doorbell for the queue, or none at once (then the queue's completion watcher
+//! rings, off the application's thread: a ring is a system call while the daemon sleeps);
 //! admission retries and hook work go over the socket; without a daemon everything goes to the
 //! local scheduler.
 
