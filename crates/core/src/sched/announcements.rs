@@ -381,8 +381,10 @@ mod tests {
                 }
                 Route::HandedOver => panic!("an Idle handed over"),
             }
-            // As a queue's next announcement would, this one comes after the decision.
-            while applied.load(Ordering::SeqCst) != queued {
+            // As a queue's next announcement would, this one comes after the decision, and after
+            // the claim is over: an announcement taken back by a report queued behind a claim
+            // still under way (see `route`) is neither claimed nor counted as taken back here.
+            while applied.load(Ordering::SeqCst) != queued || !a.lock().claimed.is_empty() {
                 std::hint::spin_loop();
             }
         }
