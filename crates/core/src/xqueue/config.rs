@@ -128,7 +128,10 @@ impl QueueConfig {
     /// H100 host at 20 µs (bench/results/2026-11-24-h100-session15.md): it removed the restarts
     /// of the best-effort queue inside two-kernel requests in one process (from 1–7 % of
     /// requests to at most 0.1 %), but did not lower the request's p99, and the best-effort
-    /// queue kept about 0.5 % less throughput.
+    /// queue kept about 0.5 % less throughput. Again under MPS (session 19, calls 10 and 11): the
+    /// pooled p99 gap to the bench-only controller was lower with it in one call and higher in
+    /// the other. It also holds back the Idle that a waiter would report
+    /// ([`crate::xqueue::threaded::ReportSink::idle_from_waiter`]).
     pub fn with_burst_gap(mut self, ns: Nanos) -> Self {
         self.burst_gap_ns = ns;
         self
