@@ -124,7 +124,6 @@ impl Boards {
 }
 
 /// One queue of a device as the fast path sees it.
-#[derive(Clone)]
 struct Seen {
     id: QueueId,
     client: u64,
@@ -328,13 +327,12 @@ mod tests {
 
     #[test]
     fn a_queue_below_it_off_its_board_needs_the_daemon_at_once() {
-        let top = seen(1, Some(7), 1);
         for other in [
             seen(2, Some(8), 0), // another user's board
             seen(2, None, 0),    // silenced, or no seat
             seen(2, Some(7), 1), // as high: the daemon decides between them
         ] {
-            let device = [top.clone(), other];
+            let device = [seen(1, Some(7), 1), other];
             assert_eq!(quiet(&device[0], &device, true), Quiet::Loud);
         }
     }

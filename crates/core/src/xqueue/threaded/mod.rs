@@ -341,13 +341,8 @@ where
                     .as_ref()
                     .is_some_and(|s| s.idle_from_waiter(self.id))
                 {
-                    let polled = {
-                        let mut q = self.inner.lock();
-                        let now = self.inner.now();
-                        self.inner.poll_locked(&mut q, now)
-                    };
                     // Other waiters hear of it from the watcher's poll, which follows.
-                    self.inner.report_progress(self.id, polled);
+                    self.inner.report_progress(self.id, self.inner.poll());
                 }
                 return Ok(());
             }
@@ -603,14 +598,17 @@ impl<H: HwQueue> Inner<H> {
     /// Polls the queue, wakes waiters, then reports (unlocked) what changed: completed work
     /// for the hooks, and Idle.
     fn poll_and_report(&self, id: QueueId) {
-        let polled = {
-            let mut q = self.lock();
-            // Read under the lock: a drain seen now must not be dated before a wait for the lock.
-            let now = self.now();
-            self.poll_locked(&mut q, now)
-        };
+        let polled = self.poll();
         self.progress.notify_all();
         self.report_progress(id, polled);
+    }
+
+    /// [`Self::poll_locked`] under the queue's lock, taken here.
+    fn poll(&self) -> (Option<Seq>, Option<QueueReport>) {
+        let mut q = self.lock();
+        // Read under the lock: a drain seen now must not be dated before a wait for the lock.
+        let now = self.now();
+        self.poll_locked(&mut q, now)
     }
 
     /// Polls the queue (under its lock): how far completions now reach, if further than before,
