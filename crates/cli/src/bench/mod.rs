@@ -80,6 +80,10 @@ enum What {
         /// queue's stops, restarts and settles), for `bench/lcbe-marks.py`.
         #[arg(long)]
         marks: Option<PathBuf>,
+        /// Keep each LC request's latency (µs, in the order made) in the JSON (`lc.samples_us`),
+        /// to pool runs or draw distributions; unlike `--marks`, it adds nothing to a request.
+        #[arg(long)]
+        samples: bool,
     },
     /// Lv3 check: progress of this process against a busy BE process, with its own timeslice at
     /// default, minimum, default (needs LD_PRELOAD=libxpreempt_shim.so).
@@ -133,6 +137,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             out: o,
             svg: s,
             marks,
+            samples,
         } => {
             if let Some(dir) = marks {
                 std::fs::create_dir_all(dir)
@@ -147,6 +152,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
                 label: label.clone(),
                 shim: shim.clone(),
                 marks: marks.clone(),
+                samples: *samples,
             };
             lcbe::lcbe(out, &p, scenarios, o.as_deref(), s.as_deref())
         }
@@ -306,6 +312,7 @@ fn lv3_probe(out: &Output, device: i32, window_ms: u64, o: Option<&Path>) -> Res
         label: String::new(),
         shim: None,
         marks: None,
+        samples: false,
     };
     let be = be_spec(&p, None, 0, false);
     // The BE process runs without the shim (Kid::role drops LD_PRELOAD): only this one changes

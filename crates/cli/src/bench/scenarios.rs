@@ -42,6 +42,8 @@ pub(super) struct LcbeParams {
     pub(super) shim: Option<PathBuf>,
     /// Each side writes its marks here as `<scenario>-lc.json` / `<scenario>-be.json`.
     pub(super) marks: Option<PathBuf>,
+    /// Each scenario's result keeps its LC requests' latencies.
+    pub(super) samples: bool,
 }
 
 impl LcbeParams {
@@ -169,6 +171,7 @@ fn lc_spec(p: &LcbeParams, prio: i32, signal: bool) -> LcSpec {
         agent: None,
         unscheduled_queue: false,
         marks: None,
+        samples: p.samples,
     }
 }
 
@@ -349,6 +352,7 @@ mod tests {
             label: String::new(),
             shim: None,
             marks: None,
+            samples: false,
         }
     }
 

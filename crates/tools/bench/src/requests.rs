@@ -6,7 +6,7 @@ use crate::control::Control;
 use crate::marks::{Marks, What};
 use crate::queue::BenchQueue;
 use crate::roles::LcSpec;
-use crate::{BenchError, Result, Summary};
+use crate::{BenchError, Result};
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 use xpreempt_core::Command;
@@ -111,7 +111,8 @@ impl LcTarget<'_> {
     }
 }
 
-/// Runs `spec`'s request loop around `request` and returns the request latencies (µs).
+/// Runs `spec`'s request loop around `request` and returns the request latencies (µs), in the
+/// order the requests were made.
 ///
 /// Warm-up, then (unless alone) waits for the BE side through `ctl`; the measuring window is
 /// `ctl.phase` 1, and phase 2 (set even when a request fails, so that the BE side stops) ends it.
@@ -122,7 +123,7 @@ pub fn request_loop(
     ctl: &Control,
     marks: Option<&Marks>,
     mut request: impl FnMut() -> Result<()>,
-) -> Result<Summary> {
+) -> Result<Vec<f64>> {
     spec.validate()?;
     let mut arrivals = Arrivals::new(LC_SEED, spec.gap_min_us, spec.gap_max_us)?;
     let measured = (|| -> Result<Vec<f64>> {
@@ -158,12 +159,13 @@ pub fn request_loop(
     })();
     ctl.lc_active.store(0, Release);
     ctl.phase.store(2, Release);
-    Ok(Summary::of(measured?))
+    measured
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Summary;
 
     fn spec(secs: f64, signal: bool) -> LcSpec {
         LcSpec {
@@ -180,6 +182,7 @@ mod tests {
             agent: None,
             unscheduled_queue: false,
             marks: None,
+            samples: false,
         }
     }
 
@@ -211,12 +214,21 @@ mod tests {
         // One request in ten takes 2 ms, the others 100 µs.
         let ctl = Control::default();
         let mut i = 0u32;
-        let s = request_loop(&spec(0.15, false), &ctl, None, || {
+        let lat = request_loop(&spec(0.15, false), &ctl, None, || {
             i += 1;
             spin(if i.is_multiple_of(10) { 2000 } else { 100 });
             Ok(())
         })
         .expect("loop runs");
+        // In the order made: measured request k is the loop's (k + WARMUP + 1)th.
+        let slow = |k: usize| (k + WARMUP + 1).is_multiple_of(10);
+        assert!(
+            lat.iter()
+                .enumerate()
+                .all(|(k, &us)| !slow(k) || us >= 2000.0),
+            "{lat:?}"
+        );
+        let s = Summary::of(lat);
         assert!(s.n >= 10, "{s:?}");
         assert_eq!(i as usize, s.n + WARMUP);
         assert!(s.p50 >= 100.0 && s.p50 < 2000.0, "{s:?}");

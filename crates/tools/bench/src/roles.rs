@@ -98,6 +98,10 @@ pub struct LcSpec {
     /// Write each request's start and end, and the queue's marks, to this file.
     #[serde(default)]
     pub marks: Option<PathBuf>,
+    /// Keep each request's latency in the result ([`LcResult::samples_us`]): a distribution
+    /// to pool over runs without the marks' own cost on the request.
+    #[serde(default)]
+    pub samples: bool,
 }
 
 impl LcSpec {
@@ -135,6 +139,9 @@ impl LcSpec {
 pub struct LcResult {
     pub latency_us: crate::Summary,
     pub timeslice_set: Option<String>,
+    /// Each measured request's latency (µs) in the order made, where the spec asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_us: Option<Vec<f64>>,
 }
 
 pub(crate) fn be_kernel(env: &Env, spec: &BeSpec, guarded: bool) -> Result<(Kernel, u64)> {
@@ -437,8 +444,10 @@ pub fn run_lc_on(
 ) -> Result<LcResult> {
     env.device.bind()?;
     let k = env.lc_kernel(spec.blocks, spec.kernel_us)?;
+    let lat = request_loop(spec, ctl, marks, || target.request(&k, spec.kernels, marks))?;
     Ok(LcResult {
-        latency_us: request_loop(spec, ctl, marks, || target.request(&k, spec.kernels, marks))?,
+        samples_us: spec.samples.then(|| lat.clone()),
+        latency_us: crate::Summary::of(lat),
         timeslice_set: None,
     })
 }
@@ -452,5 +461,27 @@ fn raise_timeslice(us: u64) -> (Option<Timeslice>, Option<String>) {
             Err(e) => (None, Some(format!("failed: {e}"))),
         },
         Err(e) => (None, Some(format!("unavailable: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_appear_in_the_result_only_when_kept() {
+        let without = LcResult::default();
+        let json = serde_json::to_string(&without).expect("json");
+        assert!(!json.contains("samples_us"), "{json}");
+        let with = LcResult {
+            samples_us: Some(vec![51.5, 49.0]),
+            ..LcResult::default()
+        };
+        let back: LcResult =
+            serde_json::from_str(&serde_json::to_string(&with).expect("json")).expect("back");
+        assert_eq!(back.samples_us, Some(vec![51.5, 49.0]));
+        // A result from a side that never heard of samples.
+        let old: LcResult = serde_json::from_str(&json).expect("old");
+        assert_eq!(old.samples_us, None);
     }
 }
