@@ -5,6 +5,7 @@
 //! `synchronize` (never while holding the lock) to open the window, to notice when the queue goes
 //! idle, and to drain a Lv1 suspension; it sleeps while the queue is idle.
 
+mod hold;
 mod watcher;
 
 use super::{QueueOpError, SubmitError, XQueue};
@@ -184,7 +185,7 @@ where
 
     /// The hot path: launches at once when the queue may run and has room.
     pub fn submit(&self, command: Command<H::Payload>) -> Result<Seq, TrySubmitError<H::Payload>> {
-        let _call = InCall::enter(&self.inner, true);
+        let _call = hold::InCall::enter(&self.inner, true);
         if self.inner.refused.load(Ordering::Relaxed) {
             self.inner.report(self.id, QueueReport::Retry);
             return Err(TrySubmitError::Busy(self.id, command));
@@ -289,7 +290,7 @@ where
     /// Blocks until command `seq` has completed. A launched command is waited for on the
     /// hardware from this thread, so completion is seen without a hand-off from the watcher.
     pub fn wait(&self, seq: Seq) -> Result<(), HalError> {
-        let _call = InCall::enter(&self.inner, false);
+        let _call = hold::InCall::enter(&self.inner, false);
         // The watcher reports the Idle this wait is likely to end in: it starts now, off this
         // thread, rather than at its next poll.
         self.inner.pay_owed_wake();
@@ -471,78 +472,7 @@ pub fn lock_quietly<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
-/// The longest a drained queue's Idle is held back for an application's call on it.
-const CALL_HOLD_MAX: Nanos = 10_000_000;
-
-/// An application's call on the queue, from its start to its return (whichever way it returns).
-struct InCall<'a, H: HwQueue> {
-    inner: Option<&'a Inner<H>>,
-    submission: bool,
-}
-
-impl<'a, H: HwQueue> InCall<'a, H> {
-    fn enter(inner: &'a Inner<H>, submission: bool) -> Self {
-        if inner.burst_gap.load(Ordering::Relaxed) == 0 {
-            return Self {
-                inner: None,
-                submission,
-            };
-        }
-        inner.in_calls.fetch_add(1, Ordering::AcqRel);
-        Self {
-            inner: Some(inner),
-            submission,
-        }
-    }
-}
-
-impl<H: HwQueue> Drop for InCall<'_, H> {
-    fn drop(&mut self) {
-        if let Some(inner) = self.inner {
-            if self.submission {
-                // Before the count drops: whoever sees it at zero sees this return too.
-                inner.submit_returned.store(inner.now(), Ordering::Release);
-            }
-            inner.in_calls.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
 impl<H: HwQueue> Inner<H> {
-    /// Holds a drained queue's Idle back while the application is in a call on the queue, and
-    /// for the burst gap after its last submission returned (the watcher waits and looks again).
-    ///
-    /// Why the calls: a submission still reporting its Ready is followed by the burst's next
-    /// one; and a waiter that has seen the completion is about to return, while the Idle's
-    /// consequence (resuming the queues below, driver calls of their own) would contend with its
-    /// return in the driver (on an H100 host, LC requests whose best-effort queue was resumed
-    /// before the wait returned were among the slowest; holding the Idle did not lower the p99,
-    /// bench/results/2026-11-24-h100-session15.md).
-    fn hold_idle(&self, q: &mut XQueue<H::Payload>, now: Nanos) {
-        let gap = self.burst_gap.load(Ordering::Relaxed);
-        if gap == 0 {
-            return;
-        }
-        let until = if self.in_call() {
-            // Bounded: a call that does not return (a wait for a command never submitted)
-            // holds nothing back for long.
-            let drained = q.drained_since().unwrap_or(now);
-            now.saturating_add(gap)
-                .min(drained.saturating_add(CALL_HOLD_MAX))
-        } else {
-            match self.submit_returned.load(Ordering::Acquire) {
-                0 => 0,
-                t => t.saturating_add(gap),
-            }
-        };
-        q.hold_idle_until(until);
-    }
-
-    /// Whether the application is in a call on the queue now.
-    fn in_call(&self) -> bool {
-        self.in_calls.load(Ordering::Acquire) > 0
-    }
-
     fn lock(&self) -> MutexGuard<'_, XQueue<H::Payload>> {
         lock_quietly(&self.queue)
     }
