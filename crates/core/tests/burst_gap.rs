@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::within;
+use common::{lv1_queue, within};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use xpreempt_core::sched::QueueReport;
@@ -87,14 +87,10 @@ fn burst(gap: Duration, first_ready_waits: Duration) -> (Arc<Reports>, Instant) 
         changed: Condvar::new(),
         first_ready_waits,
     });
-    let config = QueueConfig::new(4, 2, Level::Lv1)
-        .unwrap()
-        .with_burst_gap(gap.as_nanos() as u64);
-    let hal = dev.create_queue(Level::Lv1);
-    let q = SharedXQueue::new(
-        XQueue::new(QueueId(1), config, hal.max_level()),
-        hal,
-        Some(reports.clone()),
+    let q = lv1_queue(
+        &dev,
+        |c| c.with_burst_gap(gap.as_nanos() as u64),
+        reports.clone(),
     );
     q.submit(kernel()).unwrap();
     let seq = q.submit(kernel()).unwrap();

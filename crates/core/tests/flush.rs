@@ -3,12 +3,15 @@
 //! it, off the submitting thread, whether the watcher polls or sleeps and whether or not the
 //! application waits.
 
+mod common;
+
+use common::lv1_queue;
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 use xpreempt_core::sched::QueueReport;
-use xpreempt_core::xqueue::threaded::{ReportSink, SharedXQueue};
-use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId, XQueue};
+use xpreempt_core::xqueue::threaded::ReportSink;
+use xpreempt_core::{Command, CommandProps, QueueId};
 use xpreempt_hal::reference::{RefDevice, RefKernel, WallClock};
 
 #[derive(Debug, PartialEq)]
@@ -87,14 +90,10 @@ fn the_watcher_flushes_what_a_ready_held_back() {
         let dev = RefDevice::new();
         let _clock = WallClock::start(&dev);
         let calls = Arc::new(Calls::default());
-        let config = QueueConfig::new(4, 2, Level::Lv1)
-            .unwrap()
-            .with_idle_poll(poll.as_nanos() as u64);
-        let hal = dev.create_queue(Level::Lv1);
-        let q = SharedXQueue::new(
-            XQueue::new(QueueId(1), config, hal.max_level()),
-            hal,
-            Some(calls.clone()),
+        let q = lv1_queue(
+            &dev,
+            |c| c.with_idle_poll(poll.as_nanos() as u64),
+            calls.clone(),
         );
         // The watcher settles into its idle state (polling, or asleep) first.
         std::thread::sleep(Duration::from_millis(20));

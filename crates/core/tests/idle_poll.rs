@@ -3,11 +3,14 @@
 //! wake it, and the queue's Idle must still come, with or without a wait, and after the watcher
 //! went back to sleeping until woken.
 
+mod common;
+
+use common::lv1_queue;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use xpreempt_core::sched::QueueReport;
-use xpreempt_core::xqueue::threaded::{ReportSink, SharedXQueue};
-use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId, XQueue};
+use xpreempt_core::xqueue::threaded::ReportSink;
+use xpreempt_core::{Command, CommandProps, QueueId};
 use xpreempt_hal::reference::{RefDevice, RefKernel, WallClock};
 
 /// How many Idle reports a queue made.
@@ -53,14 +56,10 @@ fn an_idle_queue_reports_its_next_work_done_whether_its_watcher_polls_or_sleeps(
         let dev = RefDevice::new();
         let _clock = WallClock::start(&dev);
         let idles = Arc::new(Idles::default());
-        let config = QueueConfig::new(4, 2, Level::Lv1)
-            .unwrap()
-            .with_idle_poll(poll.as_nanos() as u64);
-        let hal = dev.create_queue(Level::Lv1);
-        let q = SharedXQueue::new(
-            XQueue::new(QueueId(1), config, hal.max_level()),
-            hal,
-            Some(idles.clone()),
+        let q = lv1_queue(
+            &dev,
+            |c| c.with_idle_poll(poll.as_nanos() as u64),
+            idles.clone(),
         );
         let seq = q.submit(kernel()).unwrap();
         q.wait(seq).unwrap();

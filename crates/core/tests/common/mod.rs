@@ -6,10 +6,11 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use xpreempt_core::QueueId;
 use xpreempt_core::sched::QueueReport;
 use xpreempt_core::xqueue::QueueOpError;
-use xpreempt_core::xqueue::threaded::Preemptible;
+use xpreempt_core::xqueue::threaded::{EventSink, Preemptible, SharedXQueue};
+use xpreempt_core::{HwQueue, Level, QueueConfig, QueueId, XQueue};
+use xpreempt_hal::reference::{RefDevice, RefQueue};
 
 /// A queue that records whether it is suspended and on which threads it was; its stops can be
 /// made slow (40 ms), and its resumptions held until released.
@@ -87,4 +88,20 @@ pub fn within(mut f: impl FnMut() -> bool) -> bool {
         std::hint::spin_loop();
     }
     false
+}
+
+/// A threaded Lv1 queue (window 4, sync every 2 commands) on `dev`, with `config`'s other
+/// settings, reporting to `sink`.
+pub fn lv1_queue(
+    dev: &RefDevice,
+    config: impl FnOnce(QueueConfig) -> QueueConfig,
+    sink: EventSink,
+) -> SharedXQueue<RefQueue> {
+    let hal = dev.create_queue(Level::Lv1);
+    let config = config(QueueConfig::new(4, 2, Level::Lv1).expect("a valid window"));
+    SharedXQueue::new(
+        XQueue::new(QueueId(1), config, hal.max_level()),
+        hal,
+        Some(sink),
+    )
 }
