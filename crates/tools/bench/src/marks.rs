@@ -157,6 +157,14 @@ impl ReportSink for MarkedSink {
     fn submit_failed(&self, queue: QueueId) {
         self.inner.submit_failed(queue);
     }
+
+    fn idle_from_waiter(&self, queue: QueueId) -> bool {
+        self.inner.idle_from_waiter(queue)
+    }
+
+    fn flush(&self, queue: QueueId) {
+        self.inner.flush(queue);
+    }
 }
 
 /// A hardware queue whose launches, stops and restarts are marked (when it has marks), and when
@@ -372,6 +380,12 @@ mod tests {
             fn submit_failed(&self, _: QueueId) {
                 self.0.lock().unwrap().push("failed");
             }
+            fn idle_from_waiter(&self, _: QueueId) -> bool {
+                true
+            }
+            fn flush(&self, _: QueueId) {
+                self.0.lock().unwrap().push("flush");
+            }
         }
         let inner = Arc::new(Seen::default());
         let marks = Marks::wanted(Some(Path::new("/nonexistent/lc.json"))).unwrap();
@@ -390,10 +404,12 @@ mod tests {
         );
         sink.report(q, QueueReport::Idle { generation: 2 });
         sink.submit_failed(q);
+        sink.flush(q);
         assert!(sink.wants_work());
+        assert!(sink.idle_from_waiter(q));
         assert_eq!(
             *inner.0.lock().unwrap(),
-            ["announce", "ready", "other", "failed"]
+            ["announce", "ready", "other", "failed", "flush"]
         );
         let seen: Vec<What> = marks.marks.lock().unwrap().iter().map(|m| m.1).collect();
         assert_eq!(
