@@ -208,6 +208,28 @@ impl ReportSink for Times {
     }
 }
 
+/// A queue on `dev` whose synchronize returns `late` to the application's waiter and
+/// `watcher_late` to the completion watcher, reporting to `times`.
+fn slow_queue(
+    dev: &RefDevice,
+    config: QueueConfig,
+    late: Duration,
+    watcher_late: Duration,
+    times: &Arc<Times>,
+) -> SharedXQueue<SlowReturn> {
+    let hal = SlowReturn {
+        queue: dev.create_queue(Level::Lv1),
+        late,
+        watcher_late,
+        times: times.clone(),
+    };
+    SharedXQueue::new(
+        XQueue::new(QueueId(1), config, hal.max_level()),
+        hal,
+        Some(times.clone()),
+    )
+}
+
 /// How long a call on the queue may hold its Idle back after the drain (the threaded queue's
 /// bound).
 const CALL_HOLD_MAX: Duration = Duration::from_millis(10);
@@ -221,17 +243,7 @@ fn idle_against_the_wait(gap: Duration, late: Duration) -> (i128, Duration) {
     let config = QueueConfig::new(4, 2, Level::Lv1)
         .unwrap()
         .with_burst_gap(gap.as_nanos() as u64);
-    let hal = SlowReturn {
-        queue: dev.create_queue(Level::Lv1),
-        late,
-        watcher_late: Duration::ZERO,
-        times: times.clone(),
-    };
-    let q = SharedXQueue::new(
-        XQueue::new(QueueId(1), config, hal.max_level()),
-        hal,
-        Some(times.clone()),
-    );
+    let q = slow_queue(&dev, config, late, Duration::ZERO, &times);
     let seq = q.submit(kernel()).unwrap();
     q.wait(seq).unwrap();
     assert!(within(|| times.idle.lock().unwrap().is_some()), "no Idle");
@@ -268,17 +280,13 @@ fn idle_before_the_wait_returns(from_waiter: bool) -> bool {
         from_waiter,
         ..Times::default()
     });
-    let hal = SlowReturn {
-        queue: dev.create_queue(Level::Lv1),
-        late: Duration::ZERO,
-        watcher_late: Duration::from_millis(50),
-        times: times.clone(),
-    };
     let config = QueueConfig::new(4, 2, Level::Lv1).unwrap();
-    let q = SharedXQueue::new(
-        XQueue::new(QueueId(1), config, hal.max_level()),
-        hal,
-        Some(times.clone()),
+    let q = slow_queue(
+        &dev,
+        config,
+        Duration::ZERO,
+        Duration::from_millis(50),
+        &times,
     );
     let seq = q.submit(kernel()).unwrap();
     q.wait(seq).unwrap();
