@@ -5,10 +5,10 @@
 
 mod common;
 
-use common::lv1_queue;
+use common::{lv1_queue, within};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use xpreempt_core::sched::QueueReport;
 use xpreempt_core::xqueue::threaded::ReportSink;
 use xpreempt_core::{Command, CommandProps, QueueId};
@@ -36,20 +36,17 @@ impl Calls {
     /// Whether, within 2 s, a flush from another thread than `submitter` follows the first
     /// Ready.
     fn flushed_after_ready(&self, submitter: ThreadId) -> bool {
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(2) {
+        within(|| {
             let calls = self.0.lock().unwrap();
-            if let Some(ready) = calls.iter().position(|(s, _)| *s == Seen::Ready)
-                && calls[ready..]
-                    .iter()
-                    .any(|(s, t)| *s == Seen::Flush && *t != submitter)
-            {
-                return true;
-            }
-            drop(calls);
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        false
+            calls
+                .iter()
+                .position(|(s, _)| *s == Seen::Ready)
+                .is_some_and(|ready| {
+                    calls[ready..]
+                        .iter()
+                        .any(|(s, t)| *s == Seen::Flush && *t != submitter)
+                })
+        })
     }
 
     fn flushes_on(&self, thread: ThreadId) -> usize {
