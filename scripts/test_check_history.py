@@ -53,11 +53,12 @@ class Planted(unittest.TestCase):
             "docs/a.md": "Fixed by d7cc6b5 last week.\n",
             "scripts/run.sh": "#!/bin/sh\ncat /work/shared/notes.txt\n",
             "bench/x.sh": "#!/bin/sh\n\ncp a .carry/\n",
+            "crates/m.rs": "// AQL packets (seed 002): 64 bytes\n",
         }
         d = self.repo(planted)
         r = self.run_script(d)
         self.assertEqual(r.returncode, 1)
-        for where in ["src/lib.rs:2:", "README.md:3:", "docs/a.md:1:", "scripts/run.sh:2:", "bench/x.sh:3:"]:
+        for where in ["src/lib.rs:2:", "README.md:3:", "docs/a.md:1:", "scripts/run.sh:2:", "bench/x.sh:3:", "crates/m.rs:1:"]:
             self.assertIn(where, r.stdout)
 
     def test_results_header_may_name_its_commit(self):
@@ -69,6 +70,7 @@ class Planted(unittest.TestCase):
         self.assertEqual(ch.check_text("a.rs", "let x = 0xdeadbeef12; // 16-byte 0123456789abcdef\n"), [])
         self.assertEqual(ch.check_text("crates/bpf/src/t.rs", "call 1\n"), [])
         self.assertEqual(ch.check_text("a.md", "a session of the daemon; calls the driver\n"), [])
+        self.assertEqual(ch.check_text("a.rs", 'assert!(w.contains("train-vs-infer (seed 42)"));\n'), [])
 
 
 if __name__ == "__main__":
