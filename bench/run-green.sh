@@ -1,5 +1,5 @@
 #!/bin/bash
-# Green contexts on the device (issue 10, point 5b): builds bench/cuda/green_{probe,timing}.cu with
+# Green contexts on the device: builds bench/cuda/green_{probe,timing}.cu with
 # nvcc and answers, with the programs' JSON lines as evidence:
 #   api     a-c: resources and split granularity, which kernel handles launch on a green-context
 #           stream and where their blocks run, memory and events across the primary and green

@@ -1,4 +1,4 @@
-// Green contexts on Hopper: what SM confinement buys (issue 10, point 5b). LC requests against a
+// Green contexts on Hopper: what SM confinement buys. LC requests against a
 // GPU-filling BE spin workload; prints one JSON object.
 // Usage: green_timing CFG inproc|twoproc
 //   CFG: lc_alone be_alone prio conf<F> split<F> switch<F>_h<HOLD_US>, F = SMs kept free of BE:

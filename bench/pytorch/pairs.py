@@ -19,7 +19,7 @@ green-context stream holding all SMs but N, N a multiple of 8 on Hopper;
 docs/results/h100-green-contexts.md).
 MPS runs use private pipe/log dirs.
 
-Goal (issue 10): inference p99 <= 1.2 x alone and training >= 0.9 x (1 - u) of alone, u being the
+Goal: inference p99 <= 1.2 x alone and training >= 0.9 x (1 - u) of alone, u being the
 fraction of the time the inference alone keeps the GPU busy. The training alone runs again after
 the shared runs (not with --quick), and "alone" for the training is the mean of the two windows.
 

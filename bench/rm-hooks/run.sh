@@ -1,5 +1,5 @@
 #!/bin/bash
-# The RM hooks' acceptance checks on the GPU machine, in one run (issue 11):
+# The RM hooks' acceptance checks on the GPU machine, in one run:
 #   record    one context's RM calls as the shim sees them (the test fixture; ordering; TSG id,
 #             driver timeslice) and the solo kernel rate
 #   share0    two processes, no policy: GPU shares
