@@ -336,7 +336,8 @@ mod tests {
 
     #[test]
     fn an_installed_layout_finds_the_shim_in_lib() {
-        let root = std::env::temp_dir().join(format!("xpreempt-shim-lookup-{}", std::process::id()));
+        let root =
+            std::env::temp_dir().join(format!("xpreempt-shim-lookup-{}", std::process::id()));
         let (bin, lib) = (root.join("bin"), root.join("lib"));
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::create_dir_all(&lib).unwrap();
@@ -349,8 +350,11 @@ mod tests {
         let found = shim_candidates(&bin.join("xpreempt"))
             .into_iter()
             .find(|p| p.is_file());
-        assert_eq!(found, Some(bin.join("libxpreempt_shim.so")), "beside the binary comes first");
+        assert_eq!(
+            found,
+            Some(bin.join("libxpreempt_shim.so")),
+            "beside the binary comes first"
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
-
 }
