@@ -24,8 +24,9 @@
 #   goal-ts goal-mps goal-daemon goal-alone   the scheduler paths against the bench-only
 #                        controllers, ROUNDS rounds of SECS per scenario, each request's latency
 #                        kept (lat-*.json); `pool` (last) pools them per goal (bench/pool-goals.py)
-#   conformance fork-chaos   tests/cuda-apps under `xpreempt run`; fork_after_init repeated under
-#                        random suspensions (FORK_SEEDS per level)
+#   conformance conformance-lv2 fork-chaos   tests/cuda-apps under `xpreempt run` (every level;
+#                        Lv2 alone with LV2_SEEDS); fork_after_init repeated under random
+#                        suspensions (FORK_SEEDS per level)
 # Other settings: SECS (5), ROUNDS ("1 2 3"), MPS_CONN (CUDA_DEVICE_MAX_CONNECTIONS under MPS),
 # PROBE=1 (each goal run under bench/probe.py: thread switches, steal time), BUDGET (seconds
 # after which the goal steps stop starting runs, default unlimited).
@@ -203,6 +204,13 @@ conformance)
   XPREEMPT_BIN=$XP TIMEOUT=40 RESULTS=$R/cuda-apps timeout 400 bash tests/cuda-apps/run.sh /tmp/xp-apps \
     > $R/cuda-apps.log 2>&1 || { echo "FAILED: conformance"; FAILED="$FAILED conformance"; }
   tail -20 $R/cuda-apps/summary.txt ;;
+conformance-lv2)
+  # The suite at Lv2 alone (guard-built kernels stopped between blocks and relaunched), with
+  # random suspensions at LV2_SEEDS; APPS narrows it to some programs (e.g. guard_lv2).
+  PROGRAMS="${APPS:-}" LEVELS=2 CHAOS_SEEDS="${LV2_SEEDS:-1 2 3 4}" XPREEMPT_BIN=$XP TIMEOUT=60 RESULTS=$R/cuda-apps-lv2 \
+    timeout 400 bash tests/cuda-apps/run.sh /tmp/xp-apps-lv2 > $R/cuda-apps-lv2.log 2>&1 \
+    || { echo "FAILED: conformance-lv2"; FAILED="$FAILED conformance-lv2"; }
+  tail -20 $R/cuda-apps-lv2/summary.txt ;;
 fork-chaos)
   # fork_after_init repeated under random suspensions; a hang or failure fails the step.
   OUT=$R/fork SEEDS=${FORK_SEEDS:-40} LEVELS="${FORK_LEVELS:-1 2 3}" XP=$XP timeout 570 \
