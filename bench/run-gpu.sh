@@ -221,7 +221,8 @@ goal-ts)
   [ -n "${MPS_ON:-}" ] && mps_stop
   goal ts xp-lv2-1proc,xp-sched-lv2-1proc ;;
 goal-mps)
-  MPS_CONN=${MPS_CONN:-32} mps_start
+  # 32 connections for these runs only: the daemon goal runs with MPS's default.
+  mps_start
   CUDA_DEVICE_MAX_CONNECTIONS=32 goal mps be-alone,xp-lv2-1proc,xp-sched-lv2-1proc ;;
 goal-daemon)
   # Two processes over MPS: the shared-word controller against xpreemptd (BE ≥ 0.93 of alone too).
