@@ -42,7 +42,8 @@ pub struct Args {
     /// else /run/xpreempt/xpreempt.sock].
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// libxpreempt_shim.so [default: $XPREEMPT_SHIM, else next to this binary].
+    /// libxpreempt_shim.so [default: $XPREEMPT_SHIM, else next to this binary, else in ../lib
+    /// beside its folder (the installed layout)].
     #[arg(long, env = "XPREEMPT_SHIM")]
     pub shim: Option<PathBuf>,
     /// Say nothing about the daemon or MPS on stderr.
@@ -154,13 +155,27 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Plan {
     Plan { env, notes }
 }
 
-/// The shim: `--shim`/`$XPREEMPT_SHIM`, else `libxpreempt_shim.so` beside this binary.
+/// The shim: `--shim`/`$XPREEMPT_SHIM`, else the first of [`shim_candidates`] that exists.
 fn shim_path(args: &Args) -> Result<PathBuf> {
     let path = match &args.shim {
         Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .context("finding this binary's directory")?
-            .with_file_name("libxpreempt_shim.so"),
+        None => {
+            let exe = std::env::current_exe().context("finding this binary's directory")?;
+            let candidates = shim_candidates(&exe);
+            match candidates.iter().find(|p| p.is_file()) {
+                Some(p) => p.clone(),
+                None => bail!(
+                    "the shim libxpreempt_shim.so is missing (looked for {}): install it with \
+                     `scripts/install`, build it with `cargo build --release -p xpreempt-shim`, \
+                     or give --shim PATH",
+                    candidates
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
     };
     if !path.is_file() {
         bail!(
@@ -170,6 +185,18 @@ fn shim_path(args: &Args) -> Result<PathBuf> {
     }
     // LD_PRELOAD needs a path the program can open from any working directory.
     std::fs::canonicalize(&path).with_context(|| format!("resolving {}", path.display()))
+}
+
+/// Where the shim may lie, in order: beside the binary (a cargo build folder, where cargo puts
+/// both), then `<exe dir>/../lib` (what `scripts/install` makes: bin/ and lib/ under one prefix).
+fn shim_candidates(exe: &Path) -> Vec<PathBuf> {
+    const SHIM: &str = "libxpreempt_shim.so";
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let mut out = vec![dir.join(SHIM)];
+    if let Some(prefix) = dir.parent() {
+        out.push(prefix.join("lib").join(SHIM));
+    }
+    out
 }
 
 /// Replaces this process with the program; returns only on failure.
@@ -293,5 +320,41 @@ mod tests {
         assert!(parse(&["--level", "4", "--", "x"]).is_err());
         assert!(parse(&["--level", "0", "--", "x"]).is_err());
         assert!(parse(&[]).is_err());
+    }
+
+    #[test]
+    fn the_shim_is_looked_for_beside_the_binary_then_in_the_prefix_lib() {
+        let c = shim_candidates(Path::new("/opt/xp/bin/xpreempt"));
+        assert_eq!(
+            c,
+            [
+                PathBuf::from("/opt/xp/bin/libxpreempt_shim.so"),
+                PathBuf::from("/opt/xp/lib/libxpreempt_shim.so"),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_installed_layout_finds_the_shim_in_lib() {
+        let root =
+            std::env::temp_dir().join(format!("xpreempt-shim-lookup-{}", std::process::id()));
+        let (bin, lib) = (root.join("bin"), root.join("lib"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join("libxpreempt_shim.so"), b"").unwrap();
+        let found = shim_candidates(&bin.join("xpreempt"))
+            .into_iter()
+            .find(|p| p.is_file());
+        assert_eq!(found, Some(lib.join("libxpreempt_shim.so")));
+        std::fs::write(bin.join("libxpreempt_shim.so"), b"").unwrap();
+        let found = shim_candidates(&bin.join("xpreempt"))
+            .into_iter()
+            .find(|p| p.is_file());
+        assert_eq!(
+            found,
+            Some(bin.join("libxpreempt_shim.so")),
+            "beside the binary comes first"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

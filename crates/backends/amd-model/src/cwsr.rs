@@ -1,4 +1,4 @@
-//! Taking a queue off the hardware (seed 000): `checkpoint_mqd`, then `destroy_mqd` in one of
+//! Taking a queue off the hardware: `checkpoint_mqd`, then `destroy_mqd` in one of
 //! three modes, with KFD's unmap fence and timeout. The ring's read and write ids are never
 //! touched, so resume needs nothing resubmitted.
 //!

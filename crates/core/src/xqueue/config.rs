@@ -125,11 +125,11 @@ impl QueueConfig {
     /// resumed, rather than contending with their driver calls on its way out. Unlike
     /// [`Self::with_idle_linger`], it costs nothing when the queue drains later than `ns` after
     /// its last submission and no call is under way. Zero (the default): off. Measured on an
-    /// H100 host at 20 µs (bench/results/2026-11-24-h100-session15.md): it removed the restarts
+    /// H100 host at 20 µs: it removed the restarts
     /// of the best-effort queue inside two-kernel requests in one process (from 1–7 % of
     /// requests to at most 0.1 %), but did not lower the request's p99, and the best-effort
-    /// queue kept about 0.5 % less throughput. Again under MPS (session 19, calls 10 and 11): the
-    /// pooled p99 gap to the bench-only controller was lower with it in one call and higher in
+    /// queue kept about 0.5 % less throughput. Again under MPS, in two runs on one host: the
+    /// pooled p99 gap to the bench-only controller was lower with it in one run and higher in
     /// the other. It also holds back the Idle that a waiter would report
     /// ([`crate::xqueue::threaded::ReportSink::idle_from_waiter`]).
     pub fn with_burst_gap(mut self, ns: Nanos) -> Self {

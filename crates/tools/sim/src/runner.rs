@@ -1,7 +1,7 @@
 //! Plays a scenario on a fresh model under one mode and measures it.
 //!
 //! - `none`: applications write their rings directly; the hardware alone decides.
-//! - `scheme-a`: the same, plus the seed's monitor loop.
+//! - `scheme-a`: the same, plus Scheme A's in-kernel monitor loop.
 //! - `lv1`, `lv2`, `lv3`: Scheme B, the core scheduler and XQueues at that level.
 
 use crate::decisions::DecisionLog;

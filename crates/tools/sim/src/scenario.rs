@@ -62,7 +62,7 @@ use xpreempt_core::{Nanos, Priority, ProcessId};
 mod arrival;
 pub use arrival::Arrival;
 
-/// The seed's train-vs-infer timeline; `xpreempt sim` runs it when given no file.
+/// The train-vs-infer timeline (inference preempting training); `xpreempt sim` runs it when given no file.
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../../scenarios/train-vs-infer.toml");
 
 /// Most tasks (queues) in one scenario.

@@ -53,8 +53,7 @@ impl<H: HwQueue> Inner<H> {
     /// one; and a waiter that has seen the completion is about to return, while the Idle's
     /// consequence (resuming the queues below, driver calls of their own) would contend with its
     /// return in the driver (on an H100 host, LC requests whose best-effort queue was resumed
-    /// before the wait returned were among the slowest; holding the Idle did not lower the p99,
-    /// bench/results/2026-11-24-h100-session15.md).
+    /// before the wait returned were among the slowest; holding the Idle did not lower the p99).
     pub(super) fn hold_idle(&self, q: &mut XQueue<H::Payload>, now: Nanos) {
         let gap = self.burst_gap.load(Ordering::Relaxed);
         if gap == 0 {

@@ -6,7 +6,7 @@
 //! priority and cannot get another: with `XPREEMPT_GRAPH_PROXY=1` a CUDA graph launched there runs
 //! instead on a private stream of the process's priority, between two events that keep the legacy
 //! stream's order (off by default: on the H100 it changed nothing measurable on the PyTorch pair
-//! and trio, bench/results/2026-11-23-h100-session13.md).
+//! and trio, docs/results/h100-pytorch.md).
 
 use super::driver::{self, CtxGuard, Handle, STREAM_NON_BLOCKING, SUCCESS};
 use super::settings::settings;
