@@ -132,7 +132,8 @@ class Env:
             logf = open(os.path.join(self.log_dir, f"daemon-{self.tag}.log"), "w")
             logf.write(" ".join(cmd) + "\n")
             logf.flush()
-            self.daemon = subprocess.Popen(cmd, env=self.env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+            with logf:
+                self.daemon = subprocess.Popen(cmd, env=self.env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
             t0 = time.monotonic()
             while not os.path.exists(sock):
                 if self.daemon.poll() is not None or time.monotonic() - t0 > 20:
@@ -248,8 +249,9 @@ def execute(run, env, ctx, dirs):
             logf = open(paths[j["name"]]["log"], "w")
             logf.write(" ".join(cmd) + "\n")
             logf.flush()
-            procs.append((j, subprocess.Popen(cmd, env=env.job_env(j), stdout=logf, stderr=subprocess.STDOUT,
-                                              cwd=ROOT, start_new_session=True)))
+            with logf:  # the child keeps its own descriptor
+                procs.append((j, subprocess.Popen(cmd, env=env.job_env(j), stdout=logf, stderr=subprocess.STDOUT,
+                                                  cwd=ROOT, start_new_session=True)))
         t0 = time.monotonic()
         while not all(os.path.exists(paths[j["name"]]["ready"]) for j, _ in procs):
             dead = [j["name"] for j, p in procs if p.poll() is not None and not os.path.exists(paths[j["name"]]["ready"])]
@@ -307,6 +309,10 @@ def execute(run, env, ctx, dirs):
             r["throughput"], r["covered"] = rate, covered
             if rate is None:
                 r["status"], r["error"] = "failed", f"{name}: no progress inside the window"
+    if record["error"]:  # what stopped the run comes first in every failed job's reason
+        for r in results.values():
+            if r["status"] != "ok" and r.get("error") != record["error"]:
+                r["error"] = f"{record['error']}; {r.get('error')}"
     if record["status"] == "ok" and any(r["status"] != "ok" for r in results.values()):
         record["status"] = "failed"
         record["error"] = "; ".join(r.get("error") or "" for r in results.values() if r["status"] != "ok")

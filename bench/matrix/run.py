@@ -164,7 +164,8 @@ def main(argv=None):
             "rounds": args.rounds, "duration_s": args.duration, "scenarios": [s["name"] for s in scenarios]}
     if args.from_runs:
         write_summary(args, scenarios, {**meta, "rebuilt_from_runs": True})
-        print(open(os.path.join(args.out, "summary.md")).read())
+        with open(os.path.join(args.out, "summary.md")) as f:
+            print(f.read())
         return 0
     meta.update(gpu_meta())
     state_path = os.path.join(args.out, "state.json")

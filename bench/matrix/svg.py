@@ -4,8 +4,8 @@ LC p99 × alone on x (lower is better), BE ÷ alone on y (higher is better), one
 import math
 from xml.sax.saxutils import escape
 
-W, H = 560, 400
-LEFT, RIGHT, TOP, BOTTOM = 64, 24, 40, 52
+W, H = 720, 400
+LEFT, RIGHT, TOP, BOTTOM = 64, 184, 40, 52
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 
 
@@ -18,10 +18,11 @@ def nice_ticks(lo, hi, n=5):
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     first = math.floor(lo / step) * step
     ticks, t = [], first
-    while t <= hi + step * 1e-9:
+    while True:  # the last tick at or above hi, so every point lies inside the axes
         ticks.append(round(t, 10))
+        if t >= hi - step * 1e-9:
+            return ticks
         t += step
-    return ticks
 
 
 def pareto_front(points):
@@ -77,7 +78,16 @@ def pareto_svg(title, points, x_label="LC p99 × alone (lower is better)", y_lab
             out.append(f'<rect x="{px(x) - 5:.1f}" y="{py(y) - 5:.1f}" width="10" height="10" fill="{color}"/>')
         else:
             out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="5" fill="{color}"/>')
-        out.append(f'<text x="{px(x) + 8:.1f}" y="{py(y) + 14:.1f}" fill="{color}">{escape(label)} ({x:.2f}, {y:.2f})</text>')
-    out.append(f'<text x="{W - RIGHT}" y="{TOP - 6}" text-anchor="end" fill="#555">squares: on the Pareto front</text>')
+        # the mode's name beside its point, alternately above and below (neighbours often overlap);
+        # the numbers go in the legend on the right
+        dy = -8 if i % 2 == 0 else 16
+        out.append(f'<text x="{px(x) + 7:.1f}" y="{py(y) + dy:.1f}" fill="{color}">{escape(label)}</text>')
+        ly = TOP + 14 + 18 * i
+        lx = W - RIGHT + 16
+        out.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{color}"/>' if label in front else
+                   f'<circle cx="{lx + 5}" cy="{ly - 4}" r="5" fill="{color}"/>')
+        out.append(f'<text x="{lx + 16}" y="{ly}" fill="{color}">{escape(label)} ({x:.2f}, {y:.2f})</text>')
+    out.append(f'<text x="{W - RIGHT + 16}" y="{TOP - 6}" fill="#555">mode (p99 ×, BE ÷)</text>')
+    out.append(f'<text x="{W - RIGHT + 16}" y="{H - BOTTOM}" fill="#555">squares: Pareto front</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
