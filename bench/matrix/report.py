@@ -42,14 +42,18 @@ def _alone(runs):
             "u": u_gpu if u_gpu is not None else mean([j.get("u") for j in js]),
             "u_source": "gpu" if u_gpu is not None else "service",
             "digest": next((j.get("digest") for j in js if j.get("digest")), None),
+            # a job whose alone runs disagree among themselves cannot be checked against them
+            "alone_digests_differ": len({j.get("digest") for j in js if j.get("digest")}) > 1,
         }
     return out
 
 
-def _correct(records, alone_digest):
+def _correct(records, alone_digest, alone_differ=False):
     """'yes' when every record's output/checksum equals the alone one and its own check held."""
     if not records:
         return "n/a"
+    if alone_differ:
+        return "n/a: alone runs differ" + (" (not exact)" if any(j.get("exact") is False for j in records) else "")
     bad = []
     for j in records:
         if j.get("exact") is False:
@@ -66,7 +70,7 @@ def _job_row(job, records, total_runs, alone):
     ok = [j for j in records if j.get("status") == "ok"]
     row = {"job": job["name"], "role": job["role"], "priority": job["priority"], "workload": job["workload"],
            "key": job["key"], "runs_ok": len(ok), "runs": total_runs, "u_alone": _r(a.get("u")),
-           "correct": _correct(ok, a.get("digest")),
+           "correct": _correct(ok, a.get("digest"), a.get("alone_digests_differ", False)),
            "failures": sorted({j.get("error") or j.get("status") for j in records if j.get("status") != "ok"})}
     if job["role"] == "LC":
         lat, svc = _lat(ok, "latencies_ms"), _lat(ok, "services_ms")
@@ -182,6 +186,8 @@ def markdown(summary, meta):
                     be = f"{x['be_x_alone']:.3f}" + (f" ({rng[0]:.2f}–{rng[1]:.2f})" if rng else "")
                     if x.get("partial_window"):
                         be += " (partial window)"
+                    if not any(j["role"] == "LC" for j in s["jobs"]) and x.get("wall_x_alone"):
+                        be += f"; wall × alone {x['wall_x_alone']:.3f}"
                 lines.append("| " + " | ".join([
                     m["mode"], x["job"], f"{x['role']}/{x['priority']}",
                     _f(x.get("p50_ms")) if lc else "", _f(x.get("p99_ms")) if lc else "",

@@ -84,6 +84,13 @@ class Summary(unittest.TestCase):
         native = next(m for m in s["scenarios"][1]["modes"] if m["mode"] == "native")
         self.assertIn("not exact", native["rows"][1]["correct"])
 
+    def test_alone_runs_that_disagree_are_said_so(self):
+        bad = runs()
+        bad[1]["jobs"][BE_KEY]["digest"] = "x"
+        s = summarize(bad, SCEN)
+        native = next(m for m in s["scenarios"][1]["modes"] if m["mode"] == "native")
+        self.assertEqual(native["rows"][1]["correct"], "n/a: alone runs differ")
+
     def test_reference_ratio(self):
         row = self.modes["native"]["rows"][0]
         self.assertAlmostEqual(row["p99_x_ref"], 3.0)
