@@ -42,6 +42,9 @@ def _alone(runs):
             "u": u_gpu if u_gpu is not None else mean([j.get("u") for j in js]),
             "u_source": "gpu" if u_gpu is not None else "service",
             "digest": next((j.get("digest") for j in js if j.get("digest")), None),
+            "service_calib_ms": mean([j.get("service_calib_ms") for j in js]),
+            "gpu_calib_ms": mean([j.get("gpu_calib_ms") for j in js]),
+            "kernel_ms_measured": mean([j.get("kernel_ms_measured") or j.get("launch_ms_measured") for j in js]),
             # a job whose alone runs disagree among themselves cannot be checked against them
             "alone_digests_differ": len({j.get("digest") for j in js if j.get("digest")}) > 1,
         }
@@ -130,8 +133,9 @@ def summarize(runs, scenarios):
                     "jobs": [{k: j[k] for k in ("name", "workload", "args", "role", "priority", "key")} for j in s["jobs"]],
                     "modes": modes})
     _references(out)
+    jobs = {j["key"]: {"workload": j["workload"], "args": j["args"]} for s in scenarios for j in s["jobs"]}
     return {"alone": {k: {**v, "p99_ci_ms": list(v["p99_ci_ms"]) if v["p99_ci_ms"] else None} for k, v in alone.items()},
-            "scenarios": out}
+            "jobs": jobs, "scenarios": out}
 
 
 def _references(out):
@@ -165,6 +169,16 @@ def markdown(summary, meta):
     for k in ("date", "device", "driver", "commit", "command", "rounds", "duration_s", "elapsed_s"):
         if meta.get(k) is not None:
             lines.append(f"- {k}: {meta[k]}")
+    lines += ["", "## Alone", "", "| job | workload and arguments | runs | p50/p99 ms | request ms (GPU ms) | u | "
+              "throughput | kernel (launch) ms | outputs |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, a in summary["alone"].items():
+        job = summary.get("jobs", {}).get(key, {})
+        lat = f"{_f(a['p50_ms'])}/{_f(a['p99_ms'])}" if a["count"] else ""
+        req = f"{_f(a['service_calib_ms'], 3)} ({_f(a['gpu_calib_ms'], 3)})" if a["service_calib_ms"] is not None else ""
+        tput = f"{a['throughput']:.2f} {a['unit'] or ''}/s" if a["throughput"] is not None else ""
+        lines.append(f"| {key} | {job.get('workload', '')} {' '.join(job.get('args', []))} | {a['runs']} | {lat} | {req} | "
+                     f"{_f(a['u']) if a['count'] else ''} | {tput} | {_f(a['kernel_ms_measured'], 3) if a['kernel_ms_measured'] else ''} | "
+                     f"{'alone runs differ' if a['alone_digests_differ'] else 'agree'} |")
     lines += ["", "LC p99 from arrival and from service start, pooled over rounds; [95 % bootstrap interval of p99] "
               "/ alone's p99; BE ÷ alone: the mean of each round's throughput inside the LC window over the alone "
               "throughput (min–max over rounds); u: the LC's GPU busy fraction alone; goal: 0.9 × (1 − Σu); "

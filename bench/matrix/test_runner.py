@@ -104,6 +104,28 @@ class Runner(unittest.TestCase):
         self.assertEqual(xp["runs_ok"], 0)
         self.assertTrue(any("no xpreempt binary" in f for f in xp["failures"]), xp)
 
+    def test_xpreempt_modes_run_every_job_under_xpreempt_run_beside_a_private_daemon(self):
+        xp_log = os.path.join(self.dir, "xp.log")
+        os.environ["FAKE_XP_LOG"] = xp_log
+        try:
+            rc, out, s = self.main([{"name": "pair", "modes": ["xp", "xp_mps"], "jobs": [
+                {"job": "lc", "role": "LC", "priority": 10}, {"job": "be", "role": "BE", "priority": 0}]}],
+                "--rounds", "1", "--xpreempt-bin", os.path.join(HERE, "testdata", "fake_xpreempt.py"))
+        finally:
+            del os.environ["FAKE_XP_LOG"]
+        self.assertEqual(rc, 0)
+        with open(xp_log) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(sorted(x.split(" socket=")[0] for x in lines), ["--priority 0", "--priority 0", "--priority 10", "--priority 10"])
+        sockets = {x.split(" socket=")[1] for x in lines}
+        self.assertEqual(len(sockets), 2, "one private daemon per mode")
+        for sock in sockets:
+            self.assertFalse(os.path.exists(sock), "the daemon was stopped")
+            with open(sock + ".stopped") as f:
+                self.assertEqual(f.read().endswith("--mps"), "xp_mps" in sock)
+        modes = {m["mode"]: m for m in s["scenarios"][0]["modes"]}
+        self.assertEqual(modes["xp_mps"]["rows"][1]["runs_ok"], 1)
+
     def test_resume_keeps_finished_runs_and_from_runs_rebuilds(self):
         sc = [{"name": "pair", "modes": ["native"], "jobs": [{"job": "lc", "role": "LC", "priority": 10},
                                                             {"job": "be", "role": "BE", "priority": 0}]}]

@@ -5,9 +5,10 @@
 //                                        resident 256-thread block); the runner runs it once, alone,
 //                                        and passes the numbers to every job so block lengths are
 //                                        the same in every run
-//   work lc   [--kernels 10 --block-us 20 --rate R | --util U | --closed] [--arrival-seed N]
+//   work lc   [--kernels 10 --block-us 20 --rate R | --util U | --closed] [--arrival-seed N] [--graph]
 //                                        latency-critical requests: KERNELS one-wave kernels of
-//                                        BLOCK_US blocks, then a stream synchronize
+//                                        BLOCK_US blocks (with --graph, one CUDA graph of them),
+//                                        then a stream synchronize
 //   work be   [--kernel-ms 4 --block-us 100 --streams 1 --in-flight 8]
 //                                        best effort: kernels of KERNEL_MS made of BLOCK_US blocks,
 //                                        on STREAMS streams that together fill one wave
@@ -75,16 +76,17 @@ static int calibrate(const Opts &o) {
   return 0;
 }
 
-// Expected hash-chain word of `block` after `launches` launches numbered from 0.
-static unsigned expect(unsigned block, long long launches) {
+// Expected hash-chain word of `block` after `launches` launches numbered from 0 (or, with a
+// period, numbered 0..period-1 over and over: a replayed graph's kernels keep their arguments).
+static unsigned expect(unsigned block, long long launches, long long period = 0) {
   unsigned v = 0;
-  for (long long k = 0; k < launches; k++) v = chain(v, (unsigned)k, block);
+  for (long long k = 0; k < launches; k++) v = chain(v, (unsigned)(period ? k % period : k), block);
   return v;
 }
 
-static bool all_exact(const std::vector<unsigned> &got, int blocks, long long launches) {
+static bool all_exact(const std::vector<unsigned> &got, int blocks, long long launches, long long period = 0) {
   for (int b = 0; b < blocks; b++)
-    if (got[b] != expect(b, launches)) return false;
+    if (got[b] != expect(b, launches, period)) return false;
   return true;
 }
 
@@ -102,9 +104,29 @@ static int lc(const Opts &o) {
   CK(cudaMalloc(&out, sizeof(unsigned) * (blocks + 1)));
   CK(cudaMemset(out, 0, sizeof(unsigned) * (blocks + 1)));
   long long launched = 0;
-  auto request = [&]() {
-    for (int k = 0; k < kernels; k++) spin_work<<<blocks, threads, 0, s>>>(out, iters, (unsigned)launched++);
+  // --graph: the request's kernels captured once into a CUDA graph and replayed (one launch per
+  // request), their launch numbers fixed at 0..kernels-1.
+  const bool use_graph = o.has("graph");
+  cudaGraphExec_t exec = nullptr;
+  if (use_graph) {
+    cudaGraph_t graph;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < kernels; k++) spin_work<<<blocks, threads, 0, s>>>(out, iters, (unsigned)k);
+    CK(cudaStreamEndCapture(s, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphDestroy(graph));
+  }
+  auto launch_request = [&]() {
+    if (use_graph) {
+      CK(cudaGraphLaunch(exec, s));
+      launched += kernels;
+    } else {
+      for (int k = 0; k < kernels; k++) spin_work<<<blocks, threads, 0, s>>>(out, iters, (unsigned)launched++);
+    }
     CK(cudaGetLastError());
+  };
+  auto request = [&]() {
+    launch_request();
     CK(cudaStreamSynchronize(s));
   };
   for (int i = 0; i < (int)o.num("warmup", 50); i++) request();
@@ -116,7 +138,7 @@ static int lc(const Opts &o) {
   for (int i = 0; i < (int)o.num("calib", 200); i++) {
     double t0 = now_s();
     CK(cudaEventRecord(ea, s));
-    for (int k = 0; k < kernels; k++) spin_work<<<blocks, threads, 0, s>>>(out, iters, (unsigned)launched++);
+    launch_request();
     CK(cudaEventRecord(eb, s));
     CK(cudaStreamSynchronize(s));
     svc.push_back(now_s() - t0);
@@ -161,7 +183,8 @@ static int lc(const Opts &o) {
   j.boolean("closed_loop", closed).num("t_start", t_start).num("t_end", t_end).num("wall_s", wall);
   j.boolean("stopped_early", g_stop != 0).num("count", (double)lat.size());
   j.num("u", wall > 0 ? lat.size() * service / wall : NAN).num("u_gpu", wall > 0 ? lat.size() * gpu_span / wall : NAN);
-  j.str("output_sha256", digest).boolean("exact", all_exact(got, blocks, launched));
+  j.boolean("graph", use_graph).str("output_sha256", digest);
+  j.boolean("exact", all_exact(got, blocks, launched, use_graph ? kernels : 0));
   j.list("latencies_ms", lat, 4).list("services_ms", ser, 4);
   emit(o, j);
   return 0;
@@ -275,7 +298,7 @@ int main(int argc, char **argv) {
   Opts o;
   if (mode == "calibrate") return o.parse(argc, argv, 2, common_opts({}), {}) ? calibrate(o) : 2;
   if (mode == "lc")
-    return o.parse(argc, argv, 2, common_opts({"kernels", "blocks", "block-us", "rate", "util", "warmup", "calib", "arrival-seed"}), {"closed"}) ? lc(o) : 2;
+    return o.parse(argc, argv, 2, common_opts({"kernels", "blocks", "block-us", "rate", "util", "warmup", "calib", "arrival-seed"}), {"closed", "graph"}) ? lc(o) : 2;
   if (mode == "be")
     return o.parse(argc, argv, 2, common_opts({"kernel-ms", "block-us", "streams", "in-flight", "check-kernels", "warmup-kernels"}), {})
                ? be(o)
