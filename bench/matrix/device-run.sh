@@ -5,9 +5,9 @@
 # matrix.tgz (plots/, runs/, raw/, logs/, calibrate.json, state.json).
 #
 #   MATRIX_ARGS="--only torch-pairs" bash bench/matrix/device-run.sh
-#   MATRIX_ARGS="--only cuda-pairs,levels" bash bench/matrix/device-run.sh
+#   MATRIX_ARGS="--only cuda-pairs,levels --duration 2" bash bench/matrix/device-run.sh
 #
-# No run starts after MATRIX_DEADLINE seconds (default 500) and the runner is stopped with SIGTERM
+# No run starts after MATRIX_DEADLINE seconds (default 540) and the runner is stopped with SIGTERM
 # after MATRIX_TIMEOUT (default 570): it then stops its jobs and daemons and writes the summary of
 # what ran, so that the whole step ends inside a ten-minute command.
 set -u -o pipefail
@@ -25,8 +25,8 @@ command -v nvcc || ls -d /usr/local/cuda*/bin 2>/dev/null
 export PYTHONUNBUFFERED=1
 cd "$ROOT" || exit 2
 # shellcheck disable=SC2086
-timeout --signal=TERM --kill-after=30 "${MATRIX_TIMEOUT:-570}" \
-  python3 bench/matrix/run.py --out "$DIR" --deadline-s "${MATRIX_DEADLINE:-500}" "${resume[@]}" ${MATRIX_ARGS:-}
+timeout --signal=TERM --kill-after=15 "${MATRIX_TIMEOUT:-570}" \
+  python3 bench/matrix/run.py --out "$DIR" --deadline-s "${MATRIX_DEADLINE:-540}" "${resume[@]}" ${MATRIX_ARGS:-}
 rc=$?
 cp "$DIR/summary.md" "$DIR/summary.json" "$OUT/" 2>/dev/null
 tar czf "$OUT/matrix.tgz" --exclude=./bin --exclude=./tmp --exclude=./ipc -C "$DIR" .

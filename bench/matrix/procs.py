@@ -180,6 +180,18 @@ def stop_proc(proc, timeout):
         return "killed"
 
 
+def stop_all(procs, timeout):
+    """Stops every job at once (SIGTERM to each, then one shared wait): {name: exit code or 'killed'}."""
+    for _, p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except OSError:
+                p.terminate()
+    deadline = time.monotonic() + timeout
+    return {j["name"]: stop_proc(p, max(0.1, deadline - time.monotonic())) for j, p in procs}
+
+
 def command(job, ctx, paths, alone, start_after):
     """The job's command line (without the xpreempt prefix)."""
     w = WORKLOADS[job["workload"]]
@@ -278,7 +290,7 @@ def execute(run, env, ctx, dirs):
     except EnvError as e:
         record["status"], record["error"] = "failed", str(e)
     finally:
-        codes = {j["name"]: stop_proc(p, ctx["stop_timeout"]) for j, p in procs}
+        codes = stop_all(procs, ctx["stop_timeout"])
     results = {}
     for j in jobs:
         rec = {"workload": j["workload"], "role": j["role"], "priority": j["priority"], "key": j["key"],

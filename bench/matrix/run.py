@@ -178,13 +178,16 @@ def main(argv=None):
         with open(state_path, "w") as f:
             json.dump(state, f, indent=1)
 
-    # A SIGTERM (a timeout around this script) unwinds like Ctrl-C, through every finally below.
+    ctx = {"python": args.python, "duration": args.duration, "rates": state["rates"], "startup_timeout": args.startup_timeout,
+           "stop_timeout": args.stop_timeout, "lc_grace": 90.0}
+
+    # A SIGTERM (a timeout around this script) unwinds like Ctrl-C, through every finally below,
+    # with less patience for jobs that do not stop: whoever sent it is waiting.
     def on_term(signum, frame):
+        ctx["stop_timeout"] = min(ctx["stop_timeout"], 5.0)
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, on_term)
-    ctx = {"python": args.python, "duration": args.duration, "rates": state["rates"], "startup_timeout": args.startup_timeout,
-           "stop_timeout": args.stop_timeout, "lc_grace": 90.0}
     t_start = time.monotonic()
     if any(isinstance(WORKLOADS[j["workload"]]["program"], tuple) for r in runs for j in r["jobs"]):
         log("building bench/matrix/cuda/work.cu")

@@ -56,6 +56,7 @@ MODES = {
 DEFAULT_MODES = ["native", "mps", "mps_prio", "xp", "xp_mps"]
 ROLES = ("LC", "BE")
 ENV_START_S = {"mps": 1.5, "xp": 0.5}
+BUILD_S = 25.0
 
 
 class ScenarioError(ValueError):
@@ -249,6 +250,8 @@ def estimate_s(runs, duration):
     """Expected wall time of a plan: each run waits for its slowest job to warm up, measures for
     `duration`, and stops its jobs; each mode group starts its daemon once."""
     total, groups = 0.0, set()
+    if any(isinstance(WORKLOADS[j["workload"]]["program"], tuple) for r in runs for j in r["jobs"]):
+        total += BUILD_S  # nvcc and the calibration, once
     for r in runs:
         info = [WORKLOADS[j["workload"]] for j in r["jobs"]]
         total += max(i["startup_s"] for i in info) + duration + max(i.get("stop_s", 0.5) for i in info)

@@ -6,6 +6,8 @@ import io
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -125,6 +127,31 @@ class Runner(unittest.TestCase):
                 self.assertEqual(f.read().endswith("--mps"), "xp_mps" in sock)
         modes = {m["mode"]: m for m in s["scenarios"][0]["modes"]}
         self.assertEqual(modes["xp_mps"]["rows"][1]["runs_ok"], 1)
+
+    def test_sigterm_stops_jobs_and_daemon_and_still_writes_the_summary(self):
+        out = os.path.join(self.dir, "out")
+        path = scenario_file(self.dir, [{"name": "stuck", "modes": ["xp"], "jobs": [
+            {"workload": "fake-be", "args": ["--misbehave", "hang-under-xp"], "name": "be", "role": "BE", "priority": 0}]}])
+        code = ("import sys; sys.path.insert(0, %r); import scenarios, test_runner; "
+                "scenarios.WORKLOADS.update(test_runner.FAKES); import run; sys.exit(run.main(sys.argv[1:]))" % HERE)
+        env = {**os.environ, "FAKE_XP_LOG": os.path.join(self.dir, "xp.log")}
+        proc = subprocess.Popen([sys.executable, "-c", code, "--scenarios", path, "--out", out, "--duration", "1",
+                                 "--rounds", "1", "--stop-timeout", "30",
+                                 "--xpreempt-bin", os.path.join(HERE, "testdata", "fake_xpreempt.py")],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(os.path.join(self.dir, "xp.log")) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the BE has started under the stand-in xpreempt
+        time.sleep(2.0)  # its window is over: the runner now waits for it to stop, which it never does
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        self.assertLess(time.monotonic() - t0, 15, "SIGTERM shortens the wait for jobs that ignore it")
+        self.assertTrue(os.path.exists(os.path.join(out, "summary.md")))
+        socks = [f for f in os.listdir(self.dir) if f.endswith(".sock")]
+        ipc = os.path.join(out, "ipc")
+        self.assertTrue(any(f.endswith(".sock.stopped") for f in os.listdir(ipc)), "the daemon was stopped")
+        self.assertFalse(socks)
 
     def test_resume_keeps_finished_runs_and_from_runs_rebuilds(self):
         sc = [{"name": "pair", "modes": ["native"], "jobs": [{"job": "lc", "role": "LC", "priority": 10},

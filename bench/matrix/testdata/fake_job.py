@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A stand-in for the matrix's workloads in the runner's tests (no GPU): `lc` writes the LC JSON
 keys after a window of --duration, `be` reports progress marks until SIGTERM. --misbehave makes
-it fail the ways real jobs do: `die` (exit before ready), `hang` (ignore SIGTERM), `nooutput`."""
+it fail the ways real jobs do: `die` (exit before ready), `hang` (ignore SIGTERM; `hang-under-xp`:
+only beside an xpreempt daemon), `nooutput`."""
 import argparse
 import json
 import os
@@ -25,7 +26,7 @@ def main():
     p.add_argument("--misbehave", default="")
     a = p.parse_args()
     stop = []
-    if a.misbehave == "hang":
+    if a.misbehave == "hang" or (a.misbehave == "hang-under-xp" and os.environ.get("XPREEMPT_SOCKET")):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     else:
         signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
