@@ -180,6 +180,11 @@ def stop_proc(proc, timeout):
         return "killed"
 
 
+# Every job process the runner has started and not yet reaped: whatever interrupts the runner, its
+# last act is to end these (kill_live), so no job outlives it.
+LIVE = []
+
+
 def stop_all(procs, timeout):
     """Stops every job at once (SIGTERM to each, then one shared wait): {name: exit code or 'killed'}."""
     for _, p in procs:
@@ -189,7 +194,17 @@ def stop_all(procs, timeout):
             except OSError:
                 p.terminate()
     deadline = time.monotonic() + timeout
-    return {j["name"]: stop_proc(p, max(0.1, deadline - time.monotonic())) for j, p in procs}
+    codes = {j["name"]: stop_proc(p, max(0.1, deadline - time.monotonic())) for j, p in procs}
+    for _, p in procs:
+        if p in LIVE:
+            LIVE.remove(p)
+    return codes
+
+
+def kill_live(timeout):
+    """Ends the job processes still running (SIGTERM, then SIGKILL after `timeout` s)."""
+    while LIVE:
+        stop_proc(LIVE.pop(), timeout)
 
 
 def command(job, ctx, paths, alone, start_after):
@@ -264,6 +279,7 @@ def execute(run, env, ctx, dirs):
             with logf:  # the child keeps its own descriptor
                 procs.append((j, subprocess.Popen(cmd, env=env.job_env(j), stdout=logf, stderr=subprocess.STDOUT,
                                                   cwd=ROOT, start_new_session=True)))
+            LIVE.append(procs[-1][1])
         t0 = time.monotonic()
         while not all(os.path.exists(paths[j["name"]]["ready"]) for j, _ in procs):
             dead = [j["name"] for j, p in procs if p.poll() is not None and not os.path.exists(paths[j["name"]]["ready"])]

@@ -24,7 +24,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from procs import Env, EnvError, base_env, execute, log, short_dir  # noqa: E402
+from procs import Env, EnvError, base_env, execute, kill_live, log, short_dir  # noqa: E402
 from report import load_runs, markdown, summarize  # noqa: E402
 from scenarios import MODES, ROOT, WORKLOADS, ScenarioError, estimate_s, load, plan, select  # noqa: E402
 from svg import pareto_svg  # noqa: E402
@@ -48,6 +48,7 @@ def parse_args(argv=None):
     p.add_argument("--startup-timeout", type=float, default=180.0, help="s for every job of a run to warm up")
     p.add_argument("--stop-timeout", type=float, default=30.0, help="s between SIGTERM and SIGKILL")
     a = p.parse_args(argv)
+    a.out = os.path.abspath(a.out)  # the jobs run in the repository root, not here
     a.duration = a.duration or (2.0 if a.quick else 3.0)
     a.rounds = a.rounds or (1 if a.quick else 3)
     if a.rounds < 1 or a.duration <= 0:
@@ -262,6 +263,7 @@ def main(argv=None):
     except KeyboardInterrupt as e:
         log(f"interrupted ({e}): stopping daemons, writing the summary")
     finally:
+        kill_live(5.0)
         if env is not None:
             env.stop()
     meta["elapsed_s"] = round(time.monotonic() - t_start, 1)

@@ -152,6 +152,10 @@ class Runner(unittest.TestCase):
         ipc = os.path.join(out, "ipc")
         self.assertTrue(any(f.endswith(".sock.stopped") for f in os.listdir(ipc)), "the daemon was stopped")
         self.assertFalse(socks)
+        with open(os.path.join(self.dir, "xp.log")) as f:
+            self.assertTrue(f.read())
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        self.assertNotIn(out, ps, "a job outlived the runner")
 
     def test_resume_keeps_finished_runs_and_from_runs_rebuilds(self):
         sc = [{"name": "pair", "modes": ["native"], "jobs": [{"job": "lc", "role": "LC", "priority": 10},
