@@ -211,12 +211,14 @@ inline int sm_count() {
   return sms;
 }
 
-// Blocks of `threads` threads of spin_work resident per SM at once.
-inline int resident_per_sm(int threads) {
+// Blocks of `threads` threads of `kernel` (spin_work by default) resident per SM at once.
+template <typename Kernel>
+inline int resident_per_sm(int threads, Kernel kernel) {
   int n = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, spin_work, threads, 0));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
   return std::max(1, n);
 }
+inline int resident_per_sm(int threads) { return resident_per_sm(threads, spin_work); }
 
 inline std::string device_name() {
   int dev = 0;

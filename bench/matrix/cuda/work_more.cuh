@@ -23,7 +23,8 @@ static int persistent(const Opts &o) {
   double light, full;
   std::string src;
   ipus(o, light, full, src);
-  const int threads = 256, grid = sm_count() * resident_per_sm(threads);
+  // Every block resident at once: the grid is one wave of this kernel, as persistent kernels are.
+  const int threads = 256, grid = sm_count() * resident_per_sm(threads, persistent_work);
   const double item_us = o.num("item-us", 50), launch_ms = o.num("launch-ms", 200), duration = o.num("duration", 600);
   const long long check = (long long)o.num("check-launches", 1);
   const unsigned items = (unsigned)grid * (unsigned)std::max(1LL, llround(launch_ms * 1e3 / item_us));
