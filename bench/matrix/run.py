@@ -35,7 +35,7 @@ def parse_args(argv=None):
     p.add_argument("--scenarios", default=os.path.join(HERE, "scenarios", "matrix.json"), help="scenario file (JSON)")
     p.add_argument("--only", help="comma list of scenario names or groups (a scenario's reference comes along)")
     p.add_argument("--modes", help="comma list: run only these modes (alone always runs)")
-    p.add_argument("--out", default="matrix-out", help="output folder")
+    p.add_argument("--out", default="matrix-out", help="output folder (matrix-out is git-ignored)")
     p.add_argument("--duration", type=float, help="measured window per run, s (default 3; --quick 2)")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 3; --quick 1)")
     p.add_argument("--quick", action="store_true", help="smoke test: 1 round, 2 s windows")

@@ -1,7 +1,6 @@
 """Tests of the summary and the Pareto SVG on hand-made run records, no GPU:
 python3 -m unittest discover -s bench/matrix"""
 
-import copy
 import os
 import sys
 import unittest
