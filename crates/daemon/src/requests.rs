@@ -33,6 +33,12 @@ pub(crate) fn handle(shared: &Shared, id: u64, cred: Cred, msg: ClientMsg) -> Op
             }
             return None;
         }
+        ClientMsg::Inherit { queue, priority } => {
+            if let Err(e) = st.inherit(id, queue, priority) {
+                tracing::debug!(%e, "inherit");
+            }
+            return None;
+        }
         ClientMsg::Work { queue, work } => {
             if let Err(e) = st.event(id, queue, SchedEvent::Work { queue, work }) {
                 tracing::debug!(%e, "work");

@@ -15,7 +15,7 @@ use std::time::Instant;
 use thiserror::Error;
 use xpreempt_core::sched::protocol::QueueState;
 use xpreempt_core::sched::{Driver, QueueInfo, SchedError, SchedEvent, Scheduler};
-use xpreempt_core::{Level, Nanos, QueueId, policy};
+use xpreempt_core::{Level, Nanos, Priority, QueueId, policy};
 use xpreempt_ipc::msg::{DaemonStats, QueueDecl};
 use xpreempt_ipc::shm::{Quiet, Segment, decode_report};
 use xpreempt_ipc::unix::Cred;
@@ -363,6 +363,31 @@ impl State {
             r?;
         }
         Ok(())
+    }
+
+    /// `queue` inherits `priority` from its client's work that waits on it, capped at the
+    /// highest priority of that client's queues on the device: a client lends only what it has.
+    pub fn inherit(
+        &mut self,
+        client: u64,
+        queue: QueueId,
+        priority: Option<Priority>,
+    ) -> Result<(), Refusal> {
+        let device = self
+            .queues
+            .get(&queue)
+            .filter(|e| e.client == client)
+            .ok_or(Refusal::UnknownQueue(queue))?
+            .device;
+        let cap = self.devices.get(&device).and_then(|d| {
+            self.queues
+                .iter()
+                .filter(|(_, e)| e.client == client && e.device == device)
+                .filter_map(|(id, _)| d.scheduler().queue_info(*id).map(|i| i.priority))
+                .max()
+        });
+        let priority = priority.map(|p| cap.map_or(p, |c| p.min(c)));
+        self.event(client, queue, SchedEvent::Inherit { queue, priority })
     }
 
     /// Fires timers that are due; returns when the next one is.

@@ -71,6 +71,12 @@ pub enum ClientMsg {
     Retry {
         queue: QueueId,
     },
+    /// Work of `priority` waits on the queue's buffered commands (`None`: no longer); see
+    /// `QueueReport::Inherit`. The daemon caps it at the client's own highest priority.
+    Inherit {
+        queue: QueueId,
+        priority: Option<Priority>,
+    },
     /// Work for the `work_submit` hook (sent only while the daemon asks for it).
     Work {
         queue: QueueId,

@@ -395,3 +395,28 @@ fn no_ranks_where_the_scheduler_alone_may_decide() {
         "an interleave limit may leave a queue out"
     );
 }
+
+#[test]
+fn an_inherited_priority_lifts_a_queue_until_it_is_returned() {
+    let mut s = hpf();
+    create(&mut s, 0, 1);
+    create(&mut s, 1, 5);
+    ready(&mut s, 0, 0);
+    ready(&mut s, 1, 1);
+    assert!(!s.is_allowed(QueueId(0)));
+    let inherit = |p| SchedEvent::Inherit {
+        queue: QueueId(0),
+        priority: p,
+    };
+    s.handle(2, inherit(Some(9))).unwrap();
+    assert!(s.is_allowed(QueueId(0)) && !s.is_allowed(QueueId(1)));
+    assert_eq!(s.views()[0].effective_priority, 9);
+    assert_eq!(s.views()[0].logical_priority, 1);
+    s.handle(3, inherit(Some(5))).unwrap();
+    assert!(
+        s.is_allowed(QueueId(0)) && s.is_allowed(QueueId(1)),
+        "equal: together"
+    );
+    s.handle(4, inherit(None)).unwrap();
+    assert!(!s.is_allowed(QueueId(0)) && s.is_allowed(QueueId(1)));
+}

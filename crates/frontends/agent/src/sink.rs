@@ -175,35 +175,40 @@ impl ReportSink for Sink {
             QueueReport::Ready { .. } | QueueReport::Idle { .. } => {
                 publish(&inner, &mode, queue, report)
             }
-            QueueReport::Retry | QueueReport::Submitted { .. } | QueueReport::Completed { .. } => {
-                match &*mode {
-                    Mode::Remote(conn) => {
-                        let remote = inner
-                            .lock_queues()
-                            .get(queue.0 as usize)
-                            .and_then(|e| e.as_ref())
-                            .and_then(|e| e.remote);
-                        let Some(remote) = remote else { return };
-                        let msg = match report {
-                            QueueReport::Retry => ClientMsg::Retry { queue: remote },
-                            QueueReport::Submitted { kind, seq } => ClientMsg::Work {
-                                queue: remote,
-                                work: xpreempt_core::sched::Work::Submitted { kind, seq },
-                            },
-                            QueueReport::Completed { upto } => ClientMsg::Work {
-                                queue: remote,
-                                work: xpreempt_core::sched::Work::Completed { upto },
-                            },
-                            _ => return,
-                        };
-                        let mut s = conn.stream.lock().unwrap_or_else(|p| p.into_inner());
-                        if let Err(e) = frame::write(&mut *s, &msg) {
-                            tracing::debug!(%e, "report to the daemon lost; the control thread notices a dead daemon");
-                        }
+            QueueReport::Retry
+            | QueueReport::Submitted { .. }
+            | QueueReport::Completed { .. }
+            | QueueReport::Inherit { .. } => match &*mode {
+                Mode::Remote(conn) => {
+                    let remote = inner
+                        .lock_queues()
+                        .get(queue.0 as usize)
+                        .and_then(|e| e.as_ref())
+                        .and_then(|e| e.remote);
+                    let Some(remote) = remote else { return };
+                    let msg = match report {
+                        QueueReport::Retry => ClientMsg::Retry { queue: remote },
+                        QueueReport::Submitted { kind, seq } => ClientMsg::Work {
+                            queue: remote,
+                            work: xpreempt_core::sched::Work::Submitted { kind, seq },
+                        },
+                        QueueReport::Completed { upto } => ClientMsg::Work {
+                            queue: remote,
+                            work: xpreempt_core::sched::Work::Completed { upto },
+                        },
+                        QueueReport::Inherit { priority } => ClientMsg::Inherit {
+                            queue: remote,
+                            priority,
+                        },
+                        _ => return,
+                    };
+                    let mut s = conn.stream.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Err(e) = frame::write(&mut *s, &msg) {
+                        tracing::debug!(%e, "report to the daemon lost; the control thread notices a dead daemon");
                     }
-                    Mode::Local => inner.local_sink.report(queue, report),
                 }
-            }
+                Mode::Local => inner.local_sink.report(queue, report),
+            },
         }
     }
 
