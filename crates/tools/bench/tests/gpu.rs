@@ -240,8 +240,9 @@ fn lv2_relaunch_skips_finished_blocks() {
 }
 
 /// Lv3: with this process's channel-group timeslice at the minimum, a progress kernel competing
-/// with a busy process stops; restored, it runs again. Runs `xpreempt bench lv3-probe` under the
-/// shim: set XPREEMPT_BIN and XPREEMPT_SHIM to the built binary and libxpreempt_shim.so.
+/// with a busy process stops; restored, it runs again. Runs `xpreempt-bench lv3-probe` under the
+/// shim: XPREEMPT_SHIM is libxpreempt_shim.so; XPREEMPT_BENCH_BIN the binary, where it is not
+/// the one cargo built beside this test (a test binary copied to another machine).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn lv3_descheduling_is_real() {
@@ -249,13 +250,14 @@ fn lv3_descheduling_is_real() {
         xpreempt_cuda::driver_present(),
         "no CUDA driver: this test needs a GPU"
     );
-    let bin = std::env::var("XPREEMPT_BIN").expect("XPREEMPT_BIN: path of the xpreempt binary");
+    let bin = std::env::var("XPREEMPT_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_xpreempt-bench").to_string());
     let shim = std::env::var("XPREEMPT_SHIM").expect("XPREEMPT_SHIM: path of libxpreempt_shim.so");
     let out = std::process::Command::new(bin)
-        .args(["--json", "bench", "lv3-probe", "--window-ms", "300"])
+        .args(["--json", "lv3-probe", "--window-ms", "300"])
         .env("LD_PRELOAD", shim)
         .output()
-        .expect("run xpreempt");
+        .expect("run xpreempt-bench");
     assert!(
         out.status.success(),
         "lv3-probe failed: {}",

@@ -1,6 +1,6 @@
-//! `xpreempt bench lcbe`: LC/BE scenarios, in one process or two (this binary re-run as a child
-//! with `bench role`), each normalized to LC alone and BE alone of the same run. The global-mode
-//! scenarios also run a private `xpreempt daemon` that both sides' agents register with.
+//! `xpreempt-bench lcbe`: LC/BE scenarios, in one process or two (this binary re-run as a child
+//! with `role`), each normalized to LC alone and BE alone of the same run. The global-mode
+//! scenarios also run a private daemon (`xpreemptd`'s code) that both sides' agents register with.
 
 use super::procs::{Daemon, Kid};
 use super::scenarios::{LcbeParams, Plan, ScenarioPath, parse_scenarios, path_of, plan};
@@ -220,8 +220,7 @@ pub(super) fn child_role(
         // The other side stops waiting for this one.
         c.phase.store(2, Ordering::Release);
     }
-    println!("{}", line?);
-    Ok(())
+    crate::output::print(&format!("{}\n", line?))
 }
 
 pub(super) fn lcbe(
