@@ -1,7 +1,8 @@
 //! `xpreempt`: run programs under the scheduler, run and query its daemon, load policies, and
 //! simulate the AMD queue hardware. Every subcommand prints a table for people, or one JSON
 //! object with `--json`; errors too, as `{"error": "..."}` on stdout. The benchmarks are another
-//! binary, `xpreempt-bench`.
+//! binary, `xpreempt-bench`. A reader that closes stdout early (`… | head`) ends the program
+//! quietly with status 0 (`output::print`).
 
 mod demo;
 mod ops;
@@ -19,7 +20,9 @@ use std::process::ExitCode;
 #[command(
     name = "xpreempt",
     version,
-    about = "Preemptive, priority-aware scheduling of GPU command queues"
+    about = "Preemptive, priority-aware scheduling of GPU command queues",
+    after_help = "Output into a pipe that closes early (`xpreempt list | head -1`) ends quietly, \
+                  with status 0. The benchmarks are another binary: xpreempt-bench."
 )]
 struct Cli {
     /// Print one JSON object instead of a table. Errors are then one JSON object too,
@@ -79,7 +82,10 @@ fn usage_error(e: clap::Error) -> ExitCode {
     let shown = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
     if !shown && std::env::args_os().any(|a| a == "--json") {
         let text = e.render().to_string();
-        println!("{}", serde_json::json!({ "error": text.trim_end() }));
+        let _ = output::print(&format!(
+            "{}\n",
+            serde_json::json!({ "error": text.trim_end() })
+        ));
         return ExitCode::from(2);
     }
     let _ = e.print();
@@ -90,6 +96,7 @@ fn run(cli: Cli) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
         .with_writer(std::io::stderr)
+        .with_ansi(output::stderr_is_terminal())
         .init();
     let out = output::Output { json: cli.json };
     match cli.command {

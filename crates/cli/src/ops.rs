@@ -36,9 +36,16 @@ pub struct SetPriority {
     conn: Conn,
 }
 
+/// `list --json` is `{"queues": [...]}`: one object, as every subcommand's, so that fields can
+/// join it without breaking a reader.
+#[derive(serde::Serialize)]
+struct Listing<'a> {
+    queues: &'a [QueueRow],
+}
+
 pub fn list(out: &Output, conn: &Conn) -> Result<()> {
     let rows = conn.connect()?.list()?;
-    out.emit(&rows, || table(&rows))
+    out.emit(&Listing { queues: &rows }, || table(&rows))
 }
 
 pub fn stats(out: &Output, conn: &Conn) -> Result<()> {

@@ -111,3 +111,35 @@ fn the_help_lists_what_users_run_and_no_benchmark() {
         assert!(!o.status.success(), "`xpreempt {gone}` still runs");
     }
 }
+
+/// Runs xpreempt with its stdout a pipe whose reader has already gone, as under `… | head`
+/// once head has read its lines.
+fn into_closed_pipe(args: &[&str]) -> Output {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills the two-element array it is given.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just created and are owned here alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    Command::new(env!("CARGO_BIN_EXE_xpreempt"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .stdout(std::process::Stdio::from(write))
+        .output()
+        .expect("run xpreempt")
+}
+
+#[test]
+fn a_closed_pipe_ends_the_program_quietly() {
+    for args in [
+        &["version"][..],
+        &["--json", "version"][..],
+        &["sim", "--modes", "lv1"][..],
+        &["--json", "demo"][..],
+    ] {
+        let o = into_closed_pipe(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(o.stderr.is_empty(), "{args:?}: {}", stderr(&o));
+    }
+}

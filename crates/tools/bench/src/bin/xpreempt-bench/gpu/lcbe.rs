@@ -334,7 +334,8 @@ pub(super) fn lcbe(
         svg_text += "</svg>\n";
         std::fs::write(path, svg_text)?;
     }
-    out.emit(&results, || {
+    // `--out` keeps the bare list; stdout is one object, as every `--json` output.
+    out.emit(&serde_json::json!({ "results": results }), || {
         let mut t = String::from(
             "scenario              LC p50    LC p99  p99/alone  BE/alone  suspends  path                               error\n",
         );

@@ -272,7 +272,8 @@ fn latency_sweep(
             ),
         )?;
     }
-    out.emit(&points, || {
+    // `--out` keeps the bare list; stdout is one object, as every `--json` output.
+    out.emit(&serde_json::json!({ "points": points }), || {
         let mut t = String::from("level   block_us kernel_us  probe_p50  probe_p99  settle_p50\n");
         for p in &points {
             t += &format!(
