@@ -52,8 +52,8 @@ pub fn stats(out: &Output, conn: &Conn) -> Result<()> {
     let s = conn.connect()?.stats()?;
     out.emit(&s, || {
         let mut t = format!(
-            "protocol {}  clients {}  bad frames {}  watchdog {}  fast-path wake-ups {}\n",
-            s.protocol, s.clients, s.bad_frames, s.watchdog_fires, s.fast_path_wakeups
+            "protocol {}  policy {}  clients {}  bad frames {}  watchdog {}  fast-path wake-ups {}\n",
+            s.protocol, s.policy, s.clients, s.bad_frames, s.watchdog_fires, s.fast_path_wakeups
         );
         t.push_str(&format!(
             "{:>6} {:<10} {:>6} {:>8} {:>11} {:>8} {:>10}\n",

@@ -345,7 +345,11 @@ mod tests {
             );
         }
         let p = plan(&a, Path::new("/lib/shim.so"), &daemon, Driver::Present);
-        assert!(!p.notes.iter().any(|n| n.contains("nothing will be intercepted")));
+        assert!(
+            !p.notes
+                .iter()
+                .any(|n| n.contains("nothing will be intercepted"))
+        );
     }
 
     #[test]

@@ -204,7 +204,9 @@ fn suspend_and_resume_latencies_are_prometheus_histograms() {
         for (queue, buckets) in &per_queue {
             assert!(buckets.len() >= 2, "{family} q{queue}: {buckets:?}");
             assert!(
-                buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+                buckets
+                    .windows(2)
+                    .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
                 "{family} q{queue}: not cumulative in le order: {buckets:?}"
             );
             let (last_le, total) = *buckets.last().unwrap();
@@ -219,7 +221,10 @@ fn suspend_and_resume_latencies_are_prometheus_histograms() {
             assert_eq!(of(&format!("{family}_count")), total, "{family} q{queue}");
             // A resumption that finds nothing to restart takes no time: a sum may be 0.
             let sum = of(&format!("{family}_sum"));
-            assert!(sum >= 0.0 && sum.is_finite(), "{family} q{queue}: sum {sum}");
+            assert!(
+                sum >= 0.0 && sum.is_finite(),
+                "{family} q{queue}: sum {sum}"
+            );
         }
     }
     // The p99 gauge is gone: a quantile is the dashboard's to compute.
@@ -257,7 +262,10 @@ fn the_grafana_dashboard_queries_only_metrics_the_daemon_exports() {
         "xpreempt_queue_suspend_latency_seconds_bucket",
         "xpreempt_queue_resume_latency_seconds_bucket",
     ] {
-        assert!(used.contains(needed), "the dashboard does not show {needed}");
+        assert!(
+            used.contains(needed),
+            "the dashboard does not show {needed}"
+        );
     }
     for h in ["suspend", "resume"] {
         let bucket = format!("xpreempt_queue_{h}_latency_seconds_bucket");

@@ -98,7 +98,7 @@ fn list_and_stats_print_one_object_and_count_clients_as_the_metric_does() {
     let list = object(&["--json", "list", "--socket", s]);
     assert_eq!(list["queues"].as_array().map(Vec::len), Some(0), "{list}");
     let table = String::from_utf8_lossy(&xpreempt(&["stats", "--socket", s]).stdout).into_owned();
-    assert!(table.contains("clients 0"), "{table}");
+    assert!(table.contains("policy hpf  clients 0"), "{table}");
 
     let dev = RefDevice::new();
     let a = agent(&sock, "counted");
@@ -159,7 +159,10 @@ fn the_daemons_log_file_holds_no_colour_codes() {
         .unwrap();
     let t = Instant::now();
     while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(10), "the daemon did not start");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the daemon did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // A client connecting and leaving is logged at info.
@@ -169,5 +172,8 @@ fn the_daemons_log_file_holds_no_colour_codes() {
     assert!(child.wait().unwrap().success());
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("xpreemptd serving"), "{text}");
-    assert!(!text.contains('\u{1b}'), "ANSI codes in the log file:\n{text:?}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "ANSI codes in the log file:\n{text:?}"
+    );
 }

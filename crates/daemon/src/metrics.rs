@@ -14,6 +14,8 @@ use xpreempt_ipc::shm::{LATENCY_BOUNDS_NS, LatencyCounts};
 
 /// A metric family: name, help, and how to read it from a row.
 type Metric<T, V> = (&'static str, &'static str, fn(&T) -> V);
+/// Which of a queue's (suspend, resume) latencies a histogram family shows.
+type Pick = fn(&(LatencyCounts, LatencyCounts)) -> &LatencyCounts;
 
 pub(crate) fn serve(shared: &Shared, listener: TcpListener) {
     for conn in listener.incoming() {
@@ -164,7 +166,7 @@ pub(crate) fn render(shared: &Shared) -> String {
             let _ = writeln!(out, "{name}{{{}}} {}", labels(r), get(r));
         }
     }
-    let histograms: [(&str, &str, fn(&(LatencyCounts, LatencyCounts)) -> &LatencyCounts); 2] = [
+    let histograms: [(&str, &str, Pick); 2] = [
         (
             "xpreempt_queue_suspend_latency_seconds",
             "Time from suspend to the hardware being free of the queue.",

@@ -411,7 +411,11 @@ mod tests {
         // Below 1024 ns: one; below 2048: two (1024 itself is not below 1024); ...
         assert_eq!(got.below[0], 1);
         assert_eq!(got.below[1], 2);
-        assert_eq!(got.below[LATENCY_BUCKETS - 1], 4, "5 s is above every bound");
+        assert_eq!(
+            got.below[LATENCY_BUCKETS - 1],
+            4,
+            "5 s is above every bound"
+        );
         assert!(got.below.windows(2).all(|w| w[0] <= w[1]));
         // A reader that raced the writer (a later bucket and the count not yet written) still
         // gets cumulative counts that end at most at the count.

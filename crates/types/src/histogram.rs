@@ -162,7 +162,19 @@ mod tests {
     #[test]
     fn counts_below_a_power_of_two_are_exact() {
         let mut h = Histogram::new();
-        let values = [0, 1, 15, 16, 1023, 1024, 1025, 2047, 2048, 1 << 40, (1 << 40) - 1];
+        let values = [
+            0,
+            1,
+            15,
+            16,
+            1023,
+            1024,
+            1025,
+            2047,
+            2048,
+            1 << 40,
+            (1 << 40) - 1,
+        ];
         for v in values {
             h.record(v);
         }

@@ -153,7 +153,11 @@ impl State {
         let mut s = self.stats.clone();
         // Agents only: an operator asking would otherwise count itself, and the metrics
         // endpoint (no socket connection) would say one fewer.
-        s.clients = self.clients.values().filter(|c| c.segment.is_some()).count() as u32;
+        s.clients = self
+            .clients
+            .values()
+            .filter(|c| c.segment.is_some())
+            .count() as u32;
         s.devices = self
             .devices
             .iter()

@@ -110,14 +110,7 @@ fn bench_request_runs_every_path_of_the_product() {
 fn bench_request_without_the_preemption_thread_stops_the_be_in_every_request() {
     // The stop then runs on the requesting thread before its first launch, whatever the load.
     let o = Command::new(env!("CARGO_BIN_EXE_xpreempt-bench"))
-        .args([
-            "--json",
-            "request",
-            "--requests",
-            "30",
-            "--paths",
-            "local",
-        ])
+        .args(["--json", "request", "--requests", "30", "--paths", "local"])
         .env("XPREEMPT_AGENT_HOT_US", "0")
         .output()
         .expect("run xpreempt-bench");

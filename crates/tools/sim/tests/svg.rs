@@ -158,7 +158,12 @@ fn a_timeline_of_many_copies_stops_at_the_row_limit() {
         .iter()
         .find(|t| t.attribute("class") == Some("not-drawn"))
         .expect("the not-drawn note");
-    let height: f64 = doc.root_element().attribute("height").unwrap().parse().unwrap();
+    let height: f64 = doc
+        .root_element()
+        .attribute("height")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(y(note) <= height - 4.0, "note at {} of {height}", y(note));
     for t in texts.iter().filter(|t| *t != note) {
         let gap = (y(note) - y(t)).abs();

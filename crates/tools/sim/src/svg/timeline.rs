@@ -30,7 +30,11 @@ pub fn timeline(scenario: &Scenario, runs: &[ModeRun]) -> String {
     let x = Axis::fit(0.0, end as f64 / 1e6, LEFT, RIGHT);
     let rows = scenario.tasks.len().min(MAX_ROWS);
     // A panel that leaves tasks out says so on a line of its own, under the axis's labels.
-    let note = if scenario.tasks.len() > rows { NOTE } else { 0.0 };
+    let note = if scenario.tasks.len() > rows {
+        NOTE
+    } else {
+        0.0
+    };
     let panel = 30.0 + rows as f64 * ROW + 24.0 + note;
     let height = 70.0 + panel * runs.len() as f64 + 20.0;
     let title = format!(

@@ -135,7 +135,7 @@ pub fn run(out: &Output, device: i32, what: &What) -> Result<()> {
                     .with_context(|| format!("creating --marks {}", dir.display()))?;
             }
             let p = LcbeParams {
-                device: device,
+                device,
                 block_us: *block_us,
                 kernel_us: *kernel_us,
                 persistent: *persistent,
@@ -153,9 +153,7 @@ pub fn run(out: &Output, device: i32, what: &What) -> Result<()> {
             ctl,
             calibration,
         } => child_role(device, role, spec, ctl, *calibration),
-        What::Lv3Probe { window_ms, out: o } => {
-            lv3_probe(out, device, *window_ms, o.as_deref())
-        }
+        What::Lv3Probe { window_ms, out: o } => lv3_probe(out, device, *window_ms, o.as_deref()),
     }
 }
 
@@ -166,7 +164,9 @@ fn env(device: i32) -> Result<Env> {
 /// The device with the benchmark kernels, calibrated as given or now.
 fn env_with(device: i32, calibration: Option<xpreempt_bench::Calibration>) -> Result<Env> {
     if !xpreempt_cuda::driver_present() {
-        bail!("no CUDA driver on this machine (libcuda not found): `xpreempt-bench` needs a GPU for it");
+        bail!(
+            "no CUDA driver on this machine (libcuda not found): `xpreempt-bench` needs a GPU for it"
+        );
     }
     Env::open(device, calibration)
         .context("opening the CUDA device and building the benchmark kernels")
@@ -352,7 +352,14 @@ mod tests {
 
     fn role(extra: &[&str]) -> Result<Option<xpreempt_bench::Calibration>, clap::Error> {
         let base = [
-            "xpreempt-bench", "role", "--role", "be", "--spec", "{}", "--ctl", "/c",
+            "xpreempt-bench",
+            "role",
+            "--role",
+            "be",
+            "--spec",
+            "{}",
+            "--ctl",
+            "/c",
         ];
         let cli = Cli::try_parse_from(base.iter().chain(extra))?;
         match cli.what {

@@ -182,10 +182,7 @@ impl Daemon {
         // SAFETY: kill(2) on the pid of our own child, which has not been waited for (checked
         // just above), so the pid cannot have been reused by another process.
         if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
-            bail!(
-                "signalling the daemon: {}",
-                std::io::Error::last_os_error()
-            );
+            bail!("signalling the daemon: {}", std::io::Error::last_os_error());
         }
         let status = self.wait_exit(DAEMON_STOP)?;
         if !status.success() {
