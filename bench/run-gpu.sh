@@ -1,20 +1,20 @@
 #!/bin/bash
 # One device run of the CUDA backend: environment, GPU tests, preemption latency, LC/BE scenarios
 # (time-sliced and under MPS, BE normal and persistent). Expects the release binaries in .carry/:
-# xpreempt, xpreempt-bench, libxpreempt_shim.so, gpu-tests (xpreempt-bench's tests/gpu.rs) and cuda-conformance
+# xpreempt, libxpreempt_shim.so, gpu-tests (xpreempt-bench's tests/gpu.rs) and cuda-conformance
 # (xpreempt-cuda's tests/conformance.rs). Writes $OUT/results.tgz and $OUT/log.txt.
 #
 # Producing .carry/ on the build machine, from the repository root (test binaries get a hashed
 # name, which cargo prints as "Executable ... (path)"):
-#   cargo build --release -p xpreempt-cli -p xpreempt-bench -p xpreempt-shim
-#   mkdir -p .carry && cp target/release/xpreempt target/release/xpreempt-bench target/release/libxpreempt_shim.so bench/run-gpu.sh .carry/
+#   cargo build --release -p xpreempt-cli -p xpreempt-shim
+#   mkdir -p .carry && cp target/release/xpreempt target/release/libxpreempt_shim.so bench/run-gpu.sh .carry/
 #   exe() { sed -n 's/^ *Executable .*(\(.*\))$/\1/p'; }
 #   cp "$(cargo test --release -p xpreempt-bench --test gpu --no-run 2>&1 | exe)" .carry/gpu-tests
 #   cp "$(cargo test --release -p xpreempt-cuda --test conformance --no-run 2>&1 | exe)" .carry/cuda-conformance
 # Then on the device: `bash .carry/run-gpu.sh` (or STEPS="tests" ... for a subset). Steps: info lv3
 # tests daemon request sched latency smoke lcbe-persistent mps-persistent lcbe mps daemon-gpu
 # mps-daemon gpu-elapsed idle-poll conformance fork-chaos (daemon-gpu, mps-daemon: global mode through a
-# private daemon, SECS=5 per scenario; conformance: tests/cuda-apps under `xpreempt run`;
+# private `xpreempt daemon`, SECS=5 per scenario; conformance: tests/cuda-apps under `xpreempt run`;
 # fork-chaos: fork_after_init FORK_SEEDS times per level under random suspensions).
 set -u
 C=$(pwd)/.carry
@@ -24,18 +24,17 @@ NV=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libnvrtc.so*' 2>/dev
 export LD_LIBRARY_PATH=$NV:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export XPREEMPT_LOG=${XPREEMPT_LOG:-warn}
 XP=$C/xpreempt
-XPB=$C/xpreempt-bench
 SHIM=$C/libxpreempt_shim.so
 STEPS=${STEPS:-info tests latency lcbe mps}
 # Measuring window of the global-mode steps (daemon-gpu, mps-daemon), seconds per scenario.
 SECS=${SECS:-5}
 # Steps that record failures here make the script exit 1 at the end.
 FAILED=""
-# `xpreempt-bench lcbe` for a step that must not fail silently: exit 3 means it ran and printed, but a
+# `bench lcbe` for a step that must not fail silently: exit 3 means it ran and printed, but a
 # scenario failed (its error is in the table and the JSON).
 lcbe() {
   local what=$1; shift
-  timeout ${LCBE_TIMEOUT:-110} $XPB lcbe "$@" || { echo "FAILED: lcbe $what (rc $?)"; FAILED="$FAILED $what"; }
+  timeout ${LCBE_TIMEOUT:-110} $XP bench lcbe "$@" || { echo "FAILED: bench lcbe $what (rc $?)"; FAILED="$FAILED $what"; }
 }
 mps_start() {
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/xp-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/xp-mps-log
@@ -53,24 +52,24 @@ finish() { (cd $R && tar czf $OUT/results.tgz .); if [ -n "$FAILED" ]; then echo
 trap finish EXIT
 for s in $STEPS; do case $s in
 info)
-  timeout 60 $XPB --json info | tee $R/info.json
-  LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=2 timeout 60 $XPB --json info 2>$R/shim-allocs.txt | tee $R/info-shim.json
+  timeout 60 $XP --json bench info | tee $R/info.json
+  LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=2 timeout 60 $XP --json bench info 2>$R/shim-allocs.txt | tee $R/info-shim.json
   grep -c RM_ALLOC $R/shim-allocs.txt; grep -i "a06c\|channel group" $R/shim-allocs.txt | head -20 ;;
 lv3)
-  LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=1 timeout 60 $XPB lv3-probe --out $R/lv3-probe.json ;;
+  LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=1 timeout 60 $XP bench lv3-probe --out $R/lv3-probe.json ;;
 tests)
-  XPREEMPT_BENCH_BIN=$XPB XPREEMPT_SHIM=$SHIM timeout 180 $C/gpu-tests --ignored --test-threads=1 --nocapture 2>&1 | tee $R/gpu-tests.txt
+  XPREEMPT_BIN=$XP XPREEMPT_SHIM=$SHIM timeout 180 $C/gpu-tests --ignored --test-threads=1 --nocapture 2>&1 | tee $R/gpu-tests.txt
   timeout 120 $C/cuda-conformance --ignored --test-threads=1 --nocapture 2>&1 | tee $R/cuda-conformance.txt ;;
 daemon)
   # Global mode's decision latency (CPU only) on this idle 16-core machine: 2, 8, 64 clients.
   for n in 2 8 64; do for spin in 50 500; do
-    timeout 120 $XPB --json daemon --clients $n --samples ${SAMPLES:-3000} --spin-us $spin --out $R/bench-daemon-c$n-s$spin.json > /dev/null || echo "bench-daemon $n $spin failed"
+    timeout 120 $XP --json bench-daemon --clients $n --samples ${SAMPLES:-3000} --spin-us $spin --out $R/bench-daemon-c$n-s$spin.json > /dev/null || echo "bench-daemon $n $spin failed"
   done; done
   cat $R/bench-daemon-*.json ;;
 request)
   # What the stack adds to a stand-in request (CPU only), each path three times, interleaved.
   for round in 1 2 3; do
-    timeout 120 $XPB request --requests ${REQUESTS:-3000} --out $R/bench-request-$round.json || echo "bench-request $round failed"
+    timeout 120 $XP bench-request --requests ${REQUESTS:-3000} --out $R/bench-request-$round.json || echo "bench-request $round failed"
   done ;;
 gpu-elapsed)
   # Under MPS: each LC request's GPU time (timing events around its launches) next to its
@@ -91,33 +90,33 @@ gpu-elapsed)
 sched)
   # The scheduler path (LocalScheduler through the one driver loop) next to the direct suspend.
   S=lc-alone,be-alone,be-alone-xp,xp-lv2-1proc,xp-sched-lv2-1proc
-  timeout 120 $XPB lcbe --scenarios $S --label sched --out $R/lcbe-sched.json
-  timeout 120 $XPB lcbe --scenarios $S --persistent --label sched --out $R/lcbe-sched-persistent.json ;;
+  timeout 120 $XP bench lcbe --scenarios $S --label sched --out $R/lcbe-sched.json
+  timeout 120 $XP bench lcbe --scenarios $S --persistent --label sched --out $R/lcbe-sched-persistent.json ;;
 latency)
-  timeout 200 $XPB --json latency --trials ${TRIALS:-15} --out $R/latency.json --svg $R/latency.svg > /dev/null ;;
+  timeout 200 $XP --json bench latency --trials ${TRIALS:-15} --out $R/latency.json --svg $R/latency.svg > /dev/null ;;
 smoke)
-  timeout 100 $XPB lcbe --scenarios lc-alone,be-alone,be-alone-xp,xp-lv2-1proc --label smoke --out $R/lcbe-smoke.json
-  timeout 100 $XPB lcbe --scenarios lc-alone,be-alone,be-alone-xp,xp-lv2-1proc --persistent --label smoke --out $R/lcbe-smoke-persistent.json ;;
+  timeout 100 $XP bench lcbe --scenarios lc-alone,be-alone,be-alone-xp,xp-lv2-1proc --label smoke --out $R/lcbe-smoke.json
+  timeout 100 $XP bench lcbe --scenarios lc-alone,be-alone,be-alone-xp,xp-lv2-1proc --persistent --label smoke --out $R/lcbe-smoke-persistent.json ;;
 lcbe-persistent)
   S=lc-alone,be-alone,be-alone-xp,prio-1proc,xp-lv2-1proc,xp-sched-lv2-1proc
-  timeout 100 $XPB lcbe --scenarios $S --persistent --label timesliced --out $R/lcbe-persistent.json --svg $R/lcbe-persistent.svg ;;
+  timeout 100 $XP bench lcbe --scenarios $S --persistent --label timesliced --out $R/lcbe-persistent.json --svg $R/lcbe-persistent.svg ;;
 mps-persistent)
   mps_start
   S=lc-alone,be-alone,be-alone-xp,mps-prio,xp-mps-2proc,xp-lv2-1proc
-  timeout 120 $XPB lcbe --scenarios $S --persistent --label mps --out $R/lcbe-mps-persistent.json --svg $R/lcbe-mps-persistent.svg
+  timeout 120 $XP bench lcbe --scenarios $S --persistent --label mps --out $R/lcbe-mps-persistent.json --svg $R/lcbe-mps-persistent.svg
   mps_stop ;;
 lcbe)
   S=lc-alone,be-alone,be-alone-xp,native-2proc,prio-1proc,xp-lv1-1proc,xp-lv2-1proc,xp-sched-lv2-1proc,xp-lv3-2proc,xp-lv3static-2proc
-  timeout 150 $XPB lcbe --scenarios $S --label timesliced --shim $SHIM --out $R/lcbe.json --svg $R/lcbe.svg
-  timeout 150 $XPB lcbe --scenarios $S --persistent --label timesliced --shim $SHIM --out $R/lcbe-persistent.json --svg $R/lcbe-persistent.svg ;;
+  timeout 150 $XP bench lcbe --scenarios $S --label timesliced --shim $SHIM --out $R/lcbe.json --svg $R/lcbe.svg
+  timeout 150 $XP bench lcbe --scenarios $S --persistent --label timesliced --shim $SHIM --out $R/lcbe-persistent.json --svg $R/lcbe-persistent.svg ;;
 mps)
   mps_start
-  timeout 60 $XPB --json info | tee $R/info-mps.json
+  timeout 60 $XP --json bench info | tee $R/info-mps.json
   S=lc-alone,be-alone,be-alone-xp,mps-default,mps-prio,mps-client-prio,xp-mps-2proc,xp-lv2-1proc,xp-sched-lv2-1proc
-  timeout 150 $XPB lcbe --scenarios $S --label mps --out $R/lcbe-mps.json --svg $R/lcbe-mps.svg
-  timeout 150 $XPB lcbe --scenarios $S --persistent --label mps --out $R/lcbe-mps-persistent.json --svg $R/lcbe-mps-persistent.svg
+  timeout 150 $XP bench lcbe --scenarios $S --label mps --out $R/lcbe-mps.json --svg $R/lcbe-mps.svg
+  timeout 150 $XP bench lcbe --scenarios $S --persistent --label mps --out $R/lcbe-mps-persistent.json --svg $R/lcbe-mps-persistent.svg
   # Same-process scenarios again with more connections:
-  CUDA_DEVICE_MAX_CONNECTIONS=32 timeout 100 $XPB lcbe --scenarios lc-alone,be-alone,prio-1proc,xp-lv2-1proc,xp-sched-lv2-1proc --persistent --label mps-conn32 --out $R/lcbe-mps-conn32-persistent.json --svg $R/lcbe-mps-conn32-persistent.svg
+  CUDA_DEVICE_MAX_CONNECTIONS=32 timeout 100 $XP bench lcbe --scenarios lc-alone,be-alone,prio-1proc,xp-lv2-1proc,xp-sched-lv2-1proc --persistent --label mps-conn32 --out $R/lcbe-mps-conn32-persistent.json --svg $R/lcbe-mps-conn32-persistent.svg
   mps_stop ;;
 daemon-gpu)
   # Global mode on the GPU: LC and BE in two processes whose agents register with a private
@@ -131,7 +130,7 @@ mps-daemon)
   # The same under MPS: LC and BE share one hardware context, stream priorities reach across
   # processes, and the daemon suspends the BE queue (Lv2) as in xp-mps-2proc's controller.
   mps_start
-  timeout 60 $XPB --json info | tee $R/info-mps-daemon.json
+  timeout 60 $XP --json bench info | tee $R/info-mps-daemon.json
   S=lc-alone,lc-alone-daemon,be-alone,mps-prio,xp-mps-2proc,xp-daemon-mps-2proc
   lcbe mps-daemon --scenarios $S --secs $SECS --label mps-daemon --out $R/lcbe-mps-daemon.json --svg $R/lcbe-mps-daemon.svg
   lcbe mps-daemon-persistent --scenarios $S --secs $SECS --persistent --label mps-daemon --out $R/lcbe-mps-daemon-persistent.json --svg $R/lcbe-mps-daemon-persistent.svg

@@ -3,7 +3,7 @@
 # thread): bench-daemon (CPU) with 2/8/64 clients, then the LC/BE scenarios under MPS and
 # time-sliced, the daemon path next to the shared-word controller, LC alone native and through
 # the whole stack, and the in-process scheduler next to the direct suspend.
-# Expects .carry-latency/xpreempt-bench (release, debug info stripped). Writes $OUT/results.tgz, $OUT/log.txt.
+# Expects .carry-latency/xpreempt (release, debug info stripped). Writes $OUT/results.tgz, $OUT/log.txt.
 set -u
 C=$(pwd)/.carry-latency
 R=/tmp/xp-latency; mkdir -p $R
@@ -11,20 +11,20 @@ exec > >(tee $OUT/log.txt) 2>&1
 NV=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libnvrtc.so*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$NV:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export XPREEMPT_LOG=${XPREEMPT_LOG:-warn}
-XPB=$C/xpreempt-bench
+XP=$C/xpreempt
 SECS=${SECS:-4}
 finish() { (cd $R && tar czf $OUT/results.tgz .); }
 trap finish EXIT
 date -u; nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv; nproc
-timeout 60 $XPB --json info > $R/info.json; head -c 600 $R/info.json; echo
-lcbe() { local what=$1; shift; timeout 150 $XPB lcbe "$@" || echo "FAILED: lcbe $what (rc $?)"; }
+timeout 60 $XP --json bench info > $R/info.json; head -c 600 $R/info.json; echo
+lcbe() { local what=$1; shift; timeout 150 $XP bench lcbe "$@" || echo "FAILED: lcbe $what (rc $?)"; }
 
 echo "== bench-daemon (CPU)"
 for n in 2 8 64; do
-  timeout 60 $XPB --json daemon --clients $n --samples 2000 --idle-secs 1 --out $R/bench-daemon-c$n.json > /dev/null || echo "FAILED: bench-daemon $n"
+  timeout 60 $XP --json bench-daemon --clients $n --samples 2000 --idle-secs 1 --out $R/bench-daemon-c$n.json > /dev/null || echo "FAILED: bench-daemon $n"
 done
 for n in 2 64; do
-  timeout 60 $XPB --json daemon --clients $n --samples 1000 --idle-secs 1 --no-fast-path --agent-hot-us 0 --out $R/bench-daemon-c$n-nofast.json > /dev/null || echo "FAILED: bench-daemon $n nofast"
+  timeout 60 $XP --json bench-daemon --clients $n --samples 1000 --idle-secs 1 --no-fast-path --agent-hot-us 0 --out $R/bench-daemon-c$n-nofast.json > /dev/null || echo "FAILED: bench-daemon $n nofast"
 done
 for f in $R/bench-daemon-*.json; do echo "$f"; cat $f; echo; done
 
