@@ -205,13 +205,13 @@ class Env:
                 + variant_args(self.variant, role) + ["--"])
 
     def queues(self):
-        """The daemon's queue rows (`xpreempt --json list`), with the time they were read."""
+        """The daemon's queue rows (`xpreempt --json list`'s `queues`), with the time they were read."""
         if self.daemon is None:
             return None
         try:
             out = subprocess.run([self.xp_bin, "--json", "list"], env=self.base, capture_output=True,
                                  text=True, timeout=10).stdout
-            return {"t": time.time(), "list": json.loads(out)}
+            return {"t": time.time(), "list": json.loads(out)["queues"]}
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             return {"t": time.time(), "error": str(e)}
 

@@ -36,17 +36,24 @@ pub struct SetPriority {
     conn: Conn,
 }
 
+/// `list --json` is `{"queues": [...]}`: one object, as every subcommand's, so that fields can
+/// join it without breaking a reader.
+#[derive(serde::Serialize)]
+struct Listing<'a> {
+    queues: &'a [QueueRow],
+}
+
 pub fn list(out: &Output, conn: &Conn) -> Result<()> {
     let rows = conn.connect()?.list()?;
-    out.emit(&rows, || table(&rows))
+    out.emit(&Listing { queues: &rows }, || table(&rows))
 }
 
 pub fn stats(out: &Output, conn: &Conn) -> Result<()> {
     let s = conn.connect()?.stats()?;
     out.emit(&s, || {
         let mut t = format!(
-            "protocol {}  clients {}  bad frames {}  watchdog {}  fast-path wake-ups {}\n",
-            s.protocol, s.clients, s.bad_frames, s.watchdog_fires, s.fast_path_wakeups
+            "protocol {}  policy {}  clients {}  bad frames {}  watchdog {}  fast-path wake-ups {}\n",
+            s.protocol, s.policy, s.clients, s.bad_frames, s.watchdog_fires, s.fast_path_wakeups
         );
         t.push_str(&format!(
             "{:>6} {:<10} {:>6} {:>8} {:>11} {:>8} {:>10}\n",

@@ -54,6 +54,24 @@ pub struct Args {
     pub command: Vec<OsString>,
 }
 
+/// Whether the program's CUDA calls can be intercepted at all: without a CUDA driver
+/// (libcuda.so.1) there are none, and the daemon has nothing to schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    Present,
+    Missing,
+}
+
+impl Driver {
+    pub fn probe() -> Self {
+        if xpreempt_cuda::driver_present() {
+            Self::Present
+        } else {
+            Self::Missing
+        }
+    }
+}
+
 /// What the program's environment gets.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -88,9 +106,18 @@ pub fn find_scheduler(socket: &Path) -> Scheduler {
     }
 }
 
-pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Plan {
+pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler, driver: Driver) -> Plan {
     let mut env = Vec::new();
     let mut notes = Vec::new();
+    if driver == Driver::Missing {
+        // Said first and plainly: a note about the daemon alone would read as if the program's
+        // work were being scheduled.
+        notes.push(
+            "nothing will be intercepted: no CUDA driver found (libcuda.so.1 does not load), so \
+             the program makes no CUDA calls for xpreempt to schedule; it runs as it would alone"
+                .into(),
+        );
+    }
     let mut preload = OsString::from(shim);
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
         preload.push(":");
@@ -102,17 +129,21 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Plan {
     let mps_pipe = match scheduler {
         Scheduler::Daemon { socket, mps_pipe } => {
             env.push(("XPREEMPT_SOCKET", socket.into()));
-            notes.push(format!(
-                "scheduling through the daemon at {}",
-                socket.display()
-            ));
+            if driver == Driver::Present {
+                notes.push(format!(
+                    "scheduling through the daemon at {}",
+                    socket.display()
+                ));
+            }
             mps_pipe.clone()
         }
         Scheduler::Local { socket, why } => {
             env.push(("XPREEMPT_SOCKET", socket.into()));
-            notes.push(format!(
-                "no daemon ({why}): the program schedules its own queues, and joins a daemon that starts later"
-            ));
+            if driver == Driver::Present {
+                notes.push(format!(
+                    "no daemon ({why}): the program schedules its own queues, and joins a daemon that starts later"
+                ));
+            }
             None
         }
     };
@@ -207,7 +238,7 @@ pub fn run(args: &Args) -> Result<()> {
         .clone()
         .unwrap_or_else(xpreempt_ipc::default_socket);
     let scheduler = find_scheduler(&socket);
-    let plan = plan(args, &shim, &scheduler);
+    let plan = plan(args, &shim, &scheduler, Driver::probe());
     if !args.quiet {
         for n in &plan.notes {
             eprintln!("xpreempt run: {n}");
@@ -266,7 +297,7 @@ mod tests {
             socket: "/s".into(),
             mps_pipe: Some("/s.mps/pipe".into()),
         };
-        let p = plan(&a, Path::new("/lib/shim.so"), &mps);
+        let p = plan(&a, Path::new("/lib/shim.so"), &mps, Driver::Present);
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("1"));
         assert_eq!(get(&p, "XPREEMPT_PRIORITY"), Some("-3"));
         assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), Some("/s.mps/pipe"));
@@ -278,6 +309,7 @@ mod tests {
                 &args(&["--priority", "1", "--", "x"]),
                 Path::new("/s.so"),
                 &mps,
+                Driver::Present,
             );
             assert_eq!(get(&high, "CUDA_MPS_CLIENT_PRIORITY"), None);
         }
@@ -285,7 +317,7 @@ mod tests {
             socket: "/s".into(),
             why: "none".into(),
         };
-        let p = plan(&a, Path::new("/lib/shim.so"), &local);
+        let p = plan(&a, Path::new("/lib/shim.so"), &local, Driver::Present);
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("3"));
         assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), None);
         assert_eq!(get(&p, "CUDA_MPS_CLIENT_PRIORITY"), None);
@@ -305,12 +337,46 @@ mod tests {
             "--",
             "x",
         ]);
-        let p = plan(&a, Path::new("/lib/shim.so"), &mps);
+        let p = plan(&a, Path::new("/lib/shim.so"), &mps, Driver::Present);
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("2"));
         assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), Some("1"));
         assert_eq!(get(&p, "XPREEMPT_WINDOW"), Some("4"));
         assert_eq!(get(&p, "XPREEMPT_IDLE_LINGER_US"), Some("250"));
         assert_eq!(get(&p, "XPREEMPT_BURST_GAP_US"), Some("0"));
+    }
+
+    #[test]
+    fn without_a_cuda_driver_it_says_that_nothing_is_intercepted() {
+        let a = args(&["--", "x"]);
+        let daemon = Scheduler::Daemon {
+            socket: "/s".into(),
+            mps_pipe: None,
+        };
+        let local = Scheduler::Local {
+            socket: "/s".into(),
+            why: "none".into(),
+        };
+        for s in [&daemon, &local] {
+            let p = plan(&a, Path::new("/lib/shim.so"), s, Driver::Missing);
+            assert!(
+                p.notes[0].starts_with("nothing will be intercepted: no CUDA driver found"),
+                "{:?}",
+                p.notes
+            );
+            assert!(
+                !p.notes
+                    .iter()
+                    .any(|n| n.contains("scheduling through") || n.contains("schedules its own")),
+                "{:?}",
+                p.notes
+            );
+        }
+        let p = plan(&a, Path::new("/lib/shim.so"), &daemon, Driver::Present);
+        assert!(
+            !p.notes
+                .iter()
+                .any(|n| n.contains("nothing will be intercepted"))
+        );
     }
 
     #[test]

@@ -306,8 +306,7 @@ fn fetch(conn: &Conn, op: &mut Option<Operator>) -> Result<Snapshot> {
 pub fn run(out: &Output, args: Args) -> Result<()> {
     if out.json {
         let snap = fetch(&args.conn, &mut None)?;
-        println!("{}", serde_json::to_string(&snap)?);
-        return Ok(());
+        return crate::output::print(&format!("{}\n", serde_json::to_string(&snap)?));
     }
     let interval = Duration::from_millis(args.interval_ms);
     let (tx, rx) = mpsc::channel();

@@ -30,6 +30,18 @@ pub enum PolicySpec {
     Bpf { object: PathBuf, base: String },
 }
 
+impl std::fmt::Display for PolicySpec {
+    /// What operators are told runs: `hpf`, or `FILE.o (eBPF) over hpf`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicySpec::Rust(name) => f.write_str(name),
+            PolicySpec::Bpf { object, base } => {
+                write!(f, "{} (eBPF) over {base}", object.display())
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub socket: PathBuf,
@@ -180,6 +192,7 @@ impl Daemon {
                 }
             });
         state.set_mps_pipe(mps.as_ref().map(|m| m.pipe_dir().display().to_string()));
+        state.stats.policy = config.policy.to_string();
         let wake = listener.try_clone().map_err(|source| DaemonError::Socket {
             path: config.socket.clone(),
             source,

@@ -226,6 +226,12 @@ pub struct DeviceStats {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DaemonStats {
     pub protocol: u32,
+    /// The policy the daemon runs on every device: a built-in one's name (`hpf`), or
+    /// `FILE.o (eBPF) over BASE`.
+    pub policy: String,
+    /// Connected agents: the processes whose queues the daemon schedules. Operator connections
+    /// (`xpreempt stats`, `list`, `top`, this request's own) and the shim's RM-hook connections
+    /// are not counted; the `xpreempt_clients` metric is the same number.
     pub clients: u32,
     pub devices: Vec<DeviceStats>,
     /// Frames refused as malformed, truncated, oversized or of another version.

@@ -219,6 +219,8 @@ fn publish_stats(inner: &Inner) {
         s.resumes.store(st.resumes, Ordering::Relaxed);
         s.suspend_p99_ns
             .store(st.suspend_latency.summary().p99, Ordering::Relaxed);
+        s.suspend_latency.store(&st.suspend_latency);
+        s.resume_latency.store(&st.resume_latency);
     }
 }
 

@@ -1,4 +1,4 @@
-//! Workloads of `xpreempt bench`: calibrated spin kernels, a saturating best-effort (BE) loop, a
+//! Workloads of `xpreempt-bench`: calibrated spin kernels, a saturating best-effort (BE) loop, a
 //! latency-critical (LC) request loop, and the preemption-latency probe. The CLI arranges them
 //! into scenarios (one process or two, native or through xpreempt).
 

@@ -1,4 +1,4 @@
-//! `xpreempt bench-daemon`: how long global mode takes to decide, on any machine (no GPU).
+//! `xpreempt-bench daemon`: how long global mode takes to decide, on any machine (no GPU).
 //!
 //! The measured path is the product's: a high-priority queue in one agent submits (its Ready goes
 //! into shared memory and rings the daemon), `xpreemptd` (a separate process) decides, and the
@@ -131,7 +131,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         others.push(Guard(
             Proc::new(&exe)
                 .args([
-                    "bench-client",
+                    "client",
                     "--priority",
                     &(i as i32 % 3).to_string(),
                     "--socket",

@@ -1,6 +1,6 @@
 //! Benchmarks of xpreempt's own CPU paths, on any machine (no GPU): global mode's decision
-//! latency (`bench-daemon`) and what the stack adds to a latency-critical request
-//! (`bench-request`). Both run the product's code (agents, `xpreemptd` as a separate process)
+//! latency (`daemon`) and what the stack adds to a latency-critical request
+//! (`request`). Both run the product's code (agents, `xpreemptd` as a separate process)
 //! over stand-in hardware queues.
 
 pub mod daemon;
@@ -125,7 +125,7 @@ pub fn command() -> Command<()> {
     Command::kernel(()).with_props(CommandProps::new(false, true, false))
 }
 
-/// A private `xpreempt daemon` (this binary) on a socket in a directory of its own; killed and
+/// A private daemon (this binary's `xpreemptd`) on a socket in a directory of its own; killed and
 /// cleaned up when dropped.
 pub struct Daemon {
     pub child: Guard,
@@ -140,7 +140,7 @@ impl Daemon {
         let socket = dir.join("xpreempt.sock");
         let child = Guard(
             Proc::new(std::env::current_exe()?)
-                .arg("daemon")
+                .arg("xpreemptd")
                 .args(extra)
                 .arg("--socket")
                 .arg(&socket)

@@ -1,5 +1,5 @@
-//! `xpreempt bench`: measurements on a real GPU (CUDA backend). Two-process scenarios re-run
-//! this binary as a child with `bench role`.
+//! The GPU benchmarks of `xpreempt-bench`: measurements on a real GPU (CUDA backend).
+//! Two-process scenarios re-run this binary as a child with `role`.
 
 mod lcbe;
 mod procs;
@@ -7,7 +7,7 @@ mod scenarios;
 
 use crate::output::Output;
 use anyhow::{Context, Result, bail};
-use clap::{Args as ClapArgs, Subcommand};
+use clap::Subcommand;
 use lcbe::{CtlFile, child_role};
 use procs::Kid;
 use scenarios::{LcbeParams, be_spec};
@@ -16,17 +16,8 @@ use std::path::{Path, PathBuf};
 use xpreempt_bench::{Env, latency, svg};
 use xpreempt_core::Level;
 
-#[derive(ClapArgs)]
-pub struct Args {
-    /// CUDA device ordinal.
-    #[arg(long, default_value_t = 0, global = true)]
-    device: i32,
-    #[command(subcommand)]
-    what: What,
-}
-
 #[derive(Subcommand)]
-enum What {
+pub enum What {
     /// Device, driver, sharing mode and calibration.
     Info,
     /// Preemption latency per level vs kernel and block duration.
@@ -53,7 +44,7 @@ enum What {
         /// mps-client-prio, xp-mps-2proc, xp-daemon-mps-2proc (the last under an MPS daemon).
         /// Each result's `path` says what it measures: "scheduler" (xpreempt's scheduler in this
         /// process), "scheduler (xpreemptd)" (two processes whose agents register with a private
-        /// `xpreempt daemon` this command starts), "mechanism (bench-only controller)" (the
+        /// daemon this command starts: `xpreemptd`'s code), "mechanism (bench-only controller)" (the
         /// preemption mechanism driven by the benchmark's shared control word, bypassing the
         /// scheduler) or "baseline". Exits 3 after printing when any scenario failed.
         #[arg(long)]
@@ -108,9 +99,9 @@ enum What {
     },
 }
 
-pub fn run(out: &Output, args: &Args) -> Result<()> {
-    match &args.what {
-        What::Info => info(out, args.device),
+pub fn run(out: &Output, device: i32, what: &What) -> Result<()> {
+    match what {
+        What::Info => info(out, device),
         What::Latency {
             trials,
             out: o,
@@ -119,7 +110,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             kernels,
         } => latency_sweep(
             out,
-            args.device,
+            device,
             *trials,
             o.as_deref(),
             s.as_deref(),
@@ -144,7 +135,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
                     .with_context(|| format!("creating --marks {}", dir.display()))?;
             }
             let p = LcbeParams {
-                device: args.device,
+                device,
                 block_us: *block_us,
                 kernel_us: *kernel_us,
                 persistent: *persistent,
@@ -161,10 +152,8 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
             spec,
             ctl,
             calibration,
-        } => child_role(args.device, role, spec, ctl, *calibration),
-        What::Lv3Probe { window_ms, out: o } => {
-            lv3_probe(out, args.device, *window_ms, o.as_deref())
-        }
+        } => child_role(device, role, spec, ctl, *calibration),
+        What::Lv3Probe { window_ms, out: o } => lv3_probe(out, device, *window_ms, o.as_deref()),
     }
 }
 
@@ -175,7 +164,9 @@ fn env(device: i32) -> Result<Env> {
 /// The device with the benchmark kernels, calibrated as given or now.
 fn env_with(device: i32, calibration: Option<xpreempt_bench::Calibration>) -> Result<Env> {
     if !xpreempt_cuda::driver_present() {
-        bail!("no CUDA driver on this machine (libcuda not found): `xpreempt bench` needs a GPU");
+        bail!(
+            "no CUDA driver on this machine (libcuda not found): `xpreempt-bench` needs a GPU for it"
+        );
     }
     Env::open(device, calibration)
         .context("opening the CUDA device and building the benchmark kernels")
@@ -281,7 +272,8 @@ fn latency_sweep(
             ),
         )?;
     }
-    out.emit(&points, || {
+    // `--out` keeps the bare list; stdout is one object, as every `--json` output.
+    out.emit(&serde_json::json!({ "points": points }), || {
         let mut t = String::from("level   block_us kernel_us  probe_p50  probe_p99  settle_p50\n");
         for p in &points {
             t += &format!(
@@ -354,16 +346,23 @@ mod tests {
 
     #[derive(Parser)]
     struct Cli {
-        #[command(flatten)]
-        bench: Args,
+        #[command(subcommand)]
+        what: What,
     }
 
     fn role(extra: &[&str]) -> Result<Option<xpreempt_bench::Calibration>, clap::Error> {
         let base = [
-            "bench", "role", "--role", "be", "--spec", "{}", "--ctl", "/c",
+            "xpreempt-bench",
+            "role",
+            "--role",
+            "be",
+            "--spec",
+            "{}",
+            "--ctl",
+            "/c",
         ];
         let cli = Cli::try_parse_from(base.iter().chain(extra))?;
-        match cli.bench.what {
+        match cli.what {
             What::Role { calibration, .. } => Ok(calibration),
             _ => panic!("not a role"),
         }

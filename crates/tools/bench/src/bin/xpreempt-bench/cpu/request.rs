@@ -1,4 +1,4 @@
-//! `xpreempt bench-request`: what the stack adds to a latency-critical request, on any machine.
+//! `xpreempt-bench request`: what the stack adds to a latency-critical request, on any machine.
 //!
 //! A request is `--launches` commands on a stand-in GPU (each command runs `--kernel-us` after
 //! the one before; a launch call spins `--launch-us`, as a driver's call takes time), then a

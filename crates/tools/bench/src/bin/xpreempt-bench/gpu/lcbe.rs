@@ -1,6 +1,6 @@
-//! `xpreempt bench lcbe`: LC/BE scenarios, in one process or two (this binary re-run as a child
-//! with `bench role`), each normalized to LC alone and BE alone of the same run. The global-mode
-//! scenarios also run a private `xpreempt daemon` that both sides' agents register with.
+//! `xpreempt-bench lcbe`: LC/BE scenarios, in one process or two (this binary re-run as a child
+//! with `role`), each normalized to LC alone and BE alone of the same run. The global-mode
+//! scenarios also run a private daemon (`xpreemptd`'s code) that both sides' agents register with.
 
 use super::procs::{Daemon, Kid};
 use super::scenarios::{LcbeParams, Plan, ScenarioPath, parse_scenarios, path_of, plan};
@@ -220,8 +220,7 @@ pub(super) fn child_role(
         // The other side stops waiting for this one.
         c.phase.store(2, Ordering::Release);
     }
-    println!("{}", line?);
-    Ok(())
+    crate::output::print(&format!("{}\n", line?))
 }
 
 pub(super) fn lcbe(
@@ -335,7 +334,8 @@ pub(super) fn lcbe(
         svg_text += "</svg>\n";
         std::fs::write(path, svg_text)?;
     }
-    out.emit(&results, || {
+    // `--out` keeps the bare list; stdout is one object, as every `--json` output.
+    out.emit(&serde_json::json!({ "results": results }), || {
         let mut t = String::from(
             "scenario              LC p50    LC p99  p99/alone  BE/alone  suspends  path                               error\n",
         );

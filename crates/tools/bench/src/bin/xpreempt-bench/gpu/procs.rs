@@ -1,5 +1,6 @@
 //! The processes of a two-process scenario: this binary re-run as the BE and LC sides
-//! (`bench role`), and for the global-mode scenarios a private `xpreempt daemon`.
+//! (`role`), and for the global-mode scenarios a private daemon (this binary's `xpreemptd`: the
+//! daemon's own code, in a process of its own).
 
 use anyhow::{Context, Result, bail};
 use serde::de::DeserializeOwned;
@@ -20,7 +21,7 @@ pub(super) struct Kid {
 }
 
 impl Kid {
-    /// A side of the scenario: `bench role` with the JSON `spec`, meeting the other side through
+    /// A side of the scenario: `role` with the JSON `spec`, meeting the other side through
     /// the control file `ctl`, its kernels built to this process's `calibration`. Its last stdout
     /// line is its result; stderr goes to ours.
     pub(super) fn role(
@@ -33,7 +34,7 @@ impl Kid {
     ) -> Result<Self> {
         let exe = std::env::current_exe()?;
         let mut c = Proc::new(&exe);
-        c.args(["bench", "--device", &device.to_string(), "role", "--role"])
+        c.args(["--device", &device.to_string(), "role", "--role"])
             .arg(who.to_lowercase())
             .arg("--spec")
             .arg(spec)
@@ -105,7 +106,7 @@ fn die_with_parent(c: &mut Proc, signal: libc::c_int) {
     }
 }
 
-/// `xpreempt daemon` on a private socket, for one scenario.
+/// The daemon on a private socket, for one scenario.
 pub(super) struct Daemon {
     child: Child,
     dir: PathBuf,
@@ -118,7 +119,7 @@ impl Daemon {
         Self::start_with(&std::env::current_exe()?, tag)
     }
 
-    /// The same with the `xpreempt` binary at `exe`.
+    /// The same with the `xpreempt-bench` binary at `exe`.
     fn start_with(exe: &Path, tag: &str) -> Result<Self> {
         let dir = std::env::temp_dir().join(format!(
             "xpreempt-bench-daemon-{}-{tag}",
@@ -129,7 +130,7 @@ impl Daemon {
         // A socket left by an earlier run of the same pid would answer nothing.
         let _ = std::fs::remove_file(&socket);
         let mut c = Proc::new(exe);
-        c.args(["daemon", "--policy", "hpf", "--socket"])
+        c.args(["xpreemptd", "--policy", "hpf", "--socket"])
             .arg(&socket)
             // The daemon schedules; it must not load the ioctl shim some scenarios preload.
             .env_remove("LD_PRELOAD")
@@ -143,7 +144,7 @@ impl Daemon {
             Ok(c) => c,
             Err(err) => {
                 let _ = std::fs::remove_dir_all(&dir);
-                return Err(err).context("starting `xpreempt daemon`");
+                return Err(err).context("starting the daemon");
             }
         };
         let mut d = Self { child, dir, socket };
@@ -151,13 +152,13 @@ impl Daemon {
         while UnixStream::connect(&d.socket).is_err() {
             if let Some(status) = d.child.try_wait()? {
                 bail!(
-                    "`xpreempt daemon` exited ({status}) before listening on {}",
+                    "the daemon exited ({status}) before listening on {}",
                     d.socket.display()
                 );
             }
             if t.elapsed() > DAEMON_START {
                 bail!(
-                    "`xpreempt daemon` did not listen on {} within {} s",
+                    "the daemon did not listen on {} within {} s",
                     d.socket.display(),
                     DAEMON_START.as_secs()
                 );
@@ -175,20 +176,17 @@ impl Daemon {
     /// or does not stop, is an error: the scenario's results did not come from it throughout.
     pub(super) fn stop(mut self) -> Result<()> {
         if let Some(status) = self.child.try_wait()? {
-            bail!("`xpreempt daemon` died during the scenario ({status})");
+            bail!("the daemon died during the scenario ({status})");
         }
         let pid = libc::pid_t::try_from(self.child.id()).context("daemon pid")?;
         // SAFETY: kill(2) on the pid of our own child, which has not been waited for (checked
         // just above), so the pid cannot have been reused by another process.
         if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
-            bail!(
-                "signalling `xpreempt daemon`: {}",
-                std::io::Error::last_os_error()
-            );
+            bail!("signalling the daemon: {}", std::io::Error::last_os_error());
         }
         let status = self.wait_exit(DAEMON_STOP)?;
         if !status.success() {
-            bail!("`xpreempt daemon` stopped with {status}");
+            bail!("the daemon stopped with {status}");
         }
         Ok(())
     }
@@ -201,7 +199,7 @@ impl Daemon {
             }
             if t.elapsed() > patience {
                 bail!(
-                    "`xpreempt daemon` did not stop within {} s of SIGTERM",
+                    "the daemon did not stop within {} s of SIGTERM",
                     patience.as_secs()
                 );
             }
@@ -246,18 +244,18 @@ mod tests {
         assert!(!dir.exists(), "{} left behind", dir.display());
     }
 
-    /// The `xpreempt` binary cargo builds for the integration tests, next to this test's own
-    /// directory (target/debug/deps/..).
+    /// The `xpreempt-bench` binary cargo builds beside this test, one directory up
+    /// (target/debug/deps/..).
     fn xpreempt_bin() -> Option<PathBuf> {
         let exe = std::env::current_exe().ok()?;
-        let bin = exe.parent()?.parent()?.join("xpreempt");
+        let bin = exe.parent()?.parent()?.join("xpreempt-bench");
         bin.exists().then_some(bin)
     }
 
     #[test]
     fn the_private_daemon_serves_agents_and_stops_cleanly() {
         let Some(exe) = xpreempt_bin() else {
-            eprintln!("skipped: no xpreempt binary next to the test (cargo test builds it)");
+            eprintln!("skipped: no xpreempt-bench binary next to the test (cargo test builds it)");
             return;
         };
         let d = Daemon::start_with(&exe, "t-serves").expect("daemon starts");

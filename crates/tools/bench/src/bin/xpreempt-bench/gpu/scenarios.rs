@@ -1,4 +1,4 @@
-//! The LC/BE scenarios of `xpreempt bench lcbe`: what each one runs (a [`Plan`]), which path it
+//! The LC/BE scenarios of `xpreempt-bench lcbe`: what each one runs (a [`Plan`]), which path it
 //! measures, and the checks on the command line made before any GPU work.
 
 use anyhow::{Context, Result, bail};
@@ -112,7 +112,7 @@ pub(super) enum ScenarioPath {
     #[serde(rename = "scheduler")]
     Scheduler,
     /// Through the global-mode daemon: each side's agent registers its queue with a separate
-    /// `xpreempt daemon`, which decides (the product's path across processes).
+    /// daemon (`xpreemptd`'s code), which decides (the product's path across processes).
     #[serde(rename = "scheduler (xpreemptd)")]
     Daemon,
     /// The preemption mechanism driven by the benchmark's own shared-word controller (or a
@@ -192,7 +192,7 @@ pub(super) enum Plan {
         be_env: Vec<(String, String)>,
         preload: bool,
     },
-    /// A private `xpreempt daemon`, and each side in its own process with its queue registered
+    /// A private daemon (`xpreemptd`'s code), and each side in its own process with its queue registered
     /// through the agent (the specs get the socket when the daemon is up).
     Daemon {
         be: Option<BeSpec>,
