@@ -7,7 +7,7 @@
 #
 # OUT_DIR [default: $OUT, else gpu-results] receives log.txt and every step's JSON, SVG and text.
 # The binaries come from BIN [default: target/release]: xpreempt, libxpreempt_shim.so and the
-# benchmarks' binary (xpreempt-bench where it exists, else `xpreempt bench`); the test binaries
+# benchmarks' binary xpreempt-bench; the test binaries
 # from GPU_TESTS [default: $BIN/gpu-tests] and CUDA_CONFORMANCE [default: $BIN/cuda-conformance].
 # The GPU machine needs no Rust toolchain: build elsewhere and copy BIN's files over. Test
 # binaries get a hashed name, which cargo prints as "Executable ... (path)":
@@ -45,14 +45,9 @@ export LD_LIBRARY_PATH=$NV:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export XPREEMPT_LOG=${XPREEMPT_LOG:-warn}
 XP=$BIN/xpreempt
 SHIM=$BIN/libxpreempt_shim.so
-# The benchmarks: their own binary where it exists, else the subcommands of `xpreempt`.
-if [ -x "$BIN/xpreempt-bench" ]; then
-  BENCH=${BENCH:-$BIN/xpreempt-bench}; BENCH_DAEMON=${BENCH_DAEMON:-$BIN/xpreempt-bench daemon}
-  BENCH_REQUEST=${BENCH_REQUEST:-$BIN/xpreempt-bench request}
-else
-  BENCH=${BENCH:-$XP bench}; BENCH_DAEMON=${BENCH_DAEMON:-$XP bench-daemon}
-  BENCH_REQUEST=${BENCH_REQUEST:-$BENCH_REQUEST}
-fi
+BENCH=${BENCH:-$BIN/xpreempt-bench}
+BENCH_DAEMON=${BENCH_DAEMON:-$BENCH daemon}
+BENCH_REQUEST=${BENCH_REQUEST:-$BENCH request}
 START=$(date +%s)
 late() { [ -n "${BUDGET:-}" ] && [ $(( $(date +%s) - START )) -gt "$BUDGET" ]; }
 STEPS=${STEPS:-info tests latency lcbe mps}
