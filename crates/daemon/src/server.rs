@@ -548,10 +548,12 @@ fn tick(shared: &Shared) {
     let mut st = shared.lock();
     while !shared.shutdown.load(Ordering::SeqCst) {
         st.watchdog(bound);
+        st.beat();
         let next = st.run_timers();
         let now: Nanos = st.now();
         let busy = st.clients.values().any(|c| !c.queues.is_empty());
         let mut sleep = if busy { check } else { Duration::from_secs(1) };
+        sleep = sleep.min(xpreempt_ipc::shm::DAEMON_BEAT);
         if let Some(at) = next {
             sleep = sleep.min(Duration::from_nanos(at.saturating_sub(now)));
         }

@@ -465,6 +465,13 @@ impl State {
         }
     }
 
+    /// Shows every agent that the daemon is alive (`Header::daemon_beat`).
+    pub fn beat(&self) {
+        for seg in self.clients.values().filter_map(|c| c.segment.as_ref()) {
+            seg.header().daemon_beat.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
     fn view_state(&self, queue: QueueId) -> Option<QueueState> {
         let e = self.queues.get(&queue)?;
         let d = self.devices.get(&e.device)?;

@@ -24,7 +24,7 @@ pub mod unix;
 use std::path::PathBuf;
 
 /// Bumped whenever a message or the segment layout changes incompatibly.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Where the daemon listens: `$XPREEMPT_SOCKET`, else `$XDG_RUNTIME_DIR/xpreempt.sock`, else
 /// `/run/xpreempt/xpreempt.sock`.
