@@ -100,9 +100,15 @@ fn run(inner: &Inner, spin: Duration) {
             clear_stale_bits(inner);
             pay_owed_rings(inner);
             if let Some(why) = daemon_failed(inner, &mut daemon_beat) {
-                tracing::warn!(
-                    "xpreempt daemon {why}; resuming this process's queues and scheduling locally"
-                );
+                // A daemon closes a connection that holds no queue once it is idle: nothing
+                // to say then (the agent reconnects quietly).
+                if inner.lock_queues().iter().flatten().any(|e| e.remote.is_some()) {
+                    tracing::warn!(
+                        "xpreempt daemon {why}; resuming this process's queues and scheduling locally"
+                    );
+                } else {
+                    tracing::debug!("xpreempt daemon {why}; reconnecting");
+                }
                 go_local(inner);
                 continue;
             }
