@@ -70,7 +70,9 @@ impl Config {
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
-    #[error("another daemon is listening on {0}")]
+    #[error(
+        "another xpreemptd serves {0} (stop it first, or give this one another --socket)"
+    )]
     InUse(PathBuf),
     #[error("socket {path}")]
     Socket {
@@ -132,6 +134,49 @@ pub struct Daemon {
     threads: Vec<JoinHandle<()>>,
     /// Stopped after the threads, so clients never see it go while the daemon serves.
     mps: Option<crate::mps::Mps>,
+    /// The socket's lock file, held while the daemon lives.
+    _lock: std::fs::File,
+}
+
+/// Removes the socket file when a start fails after binding it.
+struct SocketFile(Option<PathBuf>);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Takes `SOCKET.lock` (created beside the socket) for this daemon's life, or says who has it.
+fn lock_socket(socket: &Path) -> Result<std::fs::File, DaemonError> {
+    let err = |source| DaemonError::Socket {
+        path: socket.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = socket.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    let mut path = socket.as_os_str().to_owned();
+    path.push(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(err)?;
+    // SAFETY: flock(2) on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => Err(DaemonError::InUse(socket.to_path_buf())),
+            _ => Err(err(e)),
+        };
+    }
+    Ok(file)
 }
 
 fn scheduler_factory(spec: &PolicySpec) -> Result<SchedulerFactory, DaemonError> {
@@ -174,7 +219,23 @@ impl Daemon {
                 source: Box::new(e),
             })?;
         }
+        // Held for the daemon's life: a second daemon on the same socket refuses at once, and a
+        // socket file found without the lock's holder is stale and safe to replace.
+        let lock = lock_socket(&config.socket)?;
+        // Everything that can fail is set up before the socket appears, or removes it on the way
+        // out: a failed start leaves no socket behind that would answer "connection refused".
+        let metrics = match config.metrics {
+            Some(addr) => {
+                let l = std::net::TcpListener::bind(addr)
+                    .map_err(|source| DaemonError::Metrics { addr, source })?;
+                // Port 0 picks a free port: remember the one the system gave.
+                config.metrics = l.local_addr().ok();
+                Some(l)
+            }
+            None => None,
+        };
         let listener = bind(&config)?;
+        let mut socket_file = SocketFile(Some(config.socket.clone()));
         let mps = config
             .mps
             .as_deref()
@@ -193,16 +254,6 @@ impl Daemon {
             path: config.socket.clone(),
             source,
         })?;
-        let metrics = match config.metrics {
-            Some(addr) => {
-                let l = std::net::TcpListener::bind(addr)
-                    .map_err(|source| DaemonError::Metrics { addr, source })?;
-                // Port 0 picks a free port: remember the one the system gave.
-                config.metrics = l.local_addr().ok();
-                Some(l)
-            }
-            None => None,
-        };
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             connections: Mutex::new(std::collections::BTreeMap::new()),
@@ -234,7 +285,10 @@ impl Daemon {
             )?);
         }
         tracing::info!(socket = %shared.config.socket.display(), policy = ?shared.config.policy, "xpreemptd serving");
+        // From here on the daemon's own shutdown removes the socket.
+        socket_file.0 = None;
         Ok(Self {
+            _lock: lock,
             shared,
             listener: wake,
             threads,
@@ -325,11 +379,16 @@ fn bind(config: &Config) -> Result<UnixListener, DaemonError> {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
     if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(DaemonError::InUse(path.clone()));
+        // A daemon without the lock (an older one) may still serve it; one that is stopped
+        // does not accept, so the probe is bounded.
+        match xpreempt_ipc::unix::connect_within(path, Duration::from_millis(500)) {
+            Ok(_) => return Err(DaemonError::InUse(path.clone())),
+            Err(e) if xpreempt_ipc::unix::is_timeout(&e) => {
+                return Err(DaemonError::InUse(path.clone()));
+            }
+            // Left behind by a daemon that died: nobody answers on it.
+            Err(_) => std::fs::remove_file(path).map_err(err)?,
         }
-        // Left behind by a daemon that died: nobody answers on it.
-        std::fs::remove_file(path).map_err(err)?;
     }
     let listener = UnixListener::bind(path).map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(config.socket_mode))
