@@ -86,9 +86,10 @@ pub struct LimitArgs {
 
 impl LimitArgs {
     pub fn limits(&self) -> Result<crate::limits::Limits> {
-        if self.max_devices == 0 || self.max_connections == 0 || self.max_connections_per_uid == 0
-        {
-            bail!("--max-devices, --max-connections and --max-connections-per-uid must be at least 1");
+        if self.max_devices == 0 || self.max_connections == 0 || self.max_connections_per_uid == 0 {
+            bail!(
+                "--max-devices, --max-connections and --max-connections-per-uid must be at least 1"
+            );
         }
         if self.idle_timeout_ms == 0 || self.frame_timeout_ms == 0 {
             bail!("--idle-timeout-ms and --frame-timeout-ms must be at least 1");

@@ -73,7 +73,13 @@ pub(crate) fn accept(shared: &Arc<Shared>, listener: UnixListener) {
 
 /// Refuses from the accept loop, which must never wait on a client: the refusal is written
 /// without blocking (it fits an empty socket buffer) and the connection closed.
-fn refuse_at_once(shared: &Shared, mut stream: UnixStream, cred: Cred, reason: Reason, why: String) {
+fn refuse_at_once(
+    shared: &Shared,
+    mut stream: UnixStream,
+    cred: Cred,
+    reason: Reason,
+    why: String,
+) {
     let first = {
         let mut st = shared.lock();
         st.refused(reason) == 1
@@ -149,7 +155,13 @@ fn serve_connection(
         }
         Err(Hello::Silent) => {
             let text = format!("no hello within {} s", HELLO_TIMEOUT.as_secs());
-            refuse(shared, &mut stream, cred, Refusal::Limit(Reason::HelloTimeout), text);
+            refuse(
+                shared,
+                &mut stream,
+                cred,
+                Refusal::Limit(Reason::HelloTimeout),
+                text,
+            );
             return;
         }
         Err(Hello::Refused(why)) => {
@@ -245,7 +257,13 @@ fn serve_connection(
                     "idle for {} s without a queue (--idle-timeout-ms)",
                     limits.idle.as_secs()
                 );
-                refuse(shared, &mut stream, cred, Refusal::Limit(Reason::Idle), text);
+                refuse(
+                    shared,
+                    &mut stream,
+                    cred,
+                    Refusal::Limit(Reason::Idle),
+                    text,
+                );
                 break;
             }
             Err(_) => break,
@@ -257,7 +275,10 @@ fn serve_connection(
             Err(FrameError::Closed) => break,
             Err(FrameError::Io(e)) if is_timeout(&e) => {
                 shared.lock().refused(Reason::SlowFrame);
-                tracing::warn!(pid = cred.pid, "a frame stalled half-way; connection closed");
+                tracing::warn!(
+                    pid = cred.pid,
+                    "a frame stalled half-way; connection closed"
+                );
                 break;
             }
             Err(e) => {
@@ -285,7 +306,10 @@ fn serve_connection(
 }
 
 fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 /// Waits up to `limit` for the peer to send something (or close); `Ok(false)` when it did not.

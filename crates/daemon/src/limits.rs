@@ -76,8 +76,8 @@ impl Limits {
             }
             r.rlim_cur
         };
-        let fits = soft.saturating_sub(FDS_SPARE + self.operator_reserve as u64)
-            / FDS_PER_CONNECTION;
+        let fits =
+            soft.saturating_sub(FDS_SPARE + self.operator_reserve as u64) / FDS_PER_CONNECTION;
         if (self.connections as u64) > fits {
             tracing::warn!(
                 asked = self.connections,
@@ -230,7 +230,10 @@ mod tests {
             Admit::OperatorOnly(Reason::ConnectionsPerUid)
         );
         // Over the bound in all: only operators, within the reserve.
-        assert_eq!(c.admit(2, &limits), Admit::OperatorOnly(Reason::Connections));
+        assert_eq!(
+            c.admit(2, &limits),
+            Admit::OperatorOnly(Reason::Connections)
+        );
         assert_eq!(c.admit(3, &limits), Admit::No(Reason::Connections));
         assert_eq!(c.total(), 4);
         for uid in [1, 1, 1, 2] {
@@ -246,7 +249,11 @@ mod tests {
         let kept = (0..100)
             .filter(|_| !matches!(c.admit(9, &big), Admit::No(_)))
             .count();
-        assert_eq!(kept, 2 + OPERATOR_EXTRA_PER_UID, "one user's bound and its extra");
+        assert_eq!(
+            kept,
+            2 + OPERATOR_EXTRA_PER_UID,
+            "one user's bound and its extra"
+        );
     }
 
     #[test]

@@ -75,7 +75,9 @@ pub(crate) fn handle(shared: &Shared, id: u64, cred: Cred, msg: ClientMsg) -> Op
             return None;
         }
         ClientMsg::SetPriority { .. } | ClientMsg::SetHints { .. }
-            if !st.change_rate.take(cred.uid, shared.config.limits.changes_per_sec) =>
+            if !st
+                .change_rate
+                .take(cred.uid, shared.config.limits.changes_per_sec) =>
         {
             st.refused(crate::limits::Reason::ChangeRate);
             DaemonMsg::Refused {

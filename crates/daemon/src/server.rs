@@ -70,9 +70,7 @@ impl Config {
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
-    #[error(
-        "another xpreemptd serves {0} (stop it first, or give this one another --socket)"
-    )]
+    #[error("another xpreemptd serves {0} (stop it first, or give this one another --socket)")]
     InUse(PathBuf),
     #[error("socket {path}")]
     Socket {

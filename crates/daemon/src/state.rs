@@ -55,7 +55,9 @@ pub enum Refusal {
     NoProgram,
     #[error("map update: {0}")]
     Map(xpreempt_bpf::maps::MapError),
-    #[error("device {device} is not one this daemon schedules (ids below {devices}; --max-devices)")]
+    #[error(
+        "device {device} is not one this daemon schedules (ids below {devices}; --max-devices)"
+    )]
     Device { device: u32, devices: u32 },
     #[error("{what}: the limit of {limit} is reached ({flag})")]
     Limit {

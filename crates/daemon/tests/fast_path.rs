@@ -247,7 +247,10 @@ fn a_queue_whose_reports_ring_late_is_still_decided_on() {
 }
 
 /// Two threads that spin until dropped: a loaded machine, as the benches see on two cores.
-struct Load(std::sync::Arc<std::sync::atomic::AtomicBool>, Vec<std::thread::JoinHandle<()>>);
+struct Load(
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    Vec<std::thread::JoinHandle<()>>,
+);
 
 impl Load {
     fn start(threads: usize) -> Self {

@@ -125,7 +125,9 @@ fn an_operator_request_to_a_stopped_daemon_fails_with_a_clear_timeout() {
     let d = DaemonProcess::start(&sock, &[]);
     // Connected before the stop: the request itself runs out of time.
     let mut before = Op::connect(&sock).unwrap();
-    before.set_timeout(Some(Duration::from_millis(300))).unwrap();
+    before
+        .set_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     d.signal(libc::SIGSTOP);
     let t = Instant::now();
     let s = sock.clone();
@@ -135,7 +137,10 @@ fn an_operator_request_to_a_stopped_daemon_fails_with_a_clear_timeout() {
             .expect("a stopped daemon cannot answer hello")
     });
     assert!(matches!(err, OperatorError::Timeout { .. }), "{err}");
-    assert!(err.to_string().contains("did not answer within 300 ms"), "{err}");
+    assert!(
+        err.to_string().contains("did not answer within 300 ms"),
+        "{err}"
+    );
     let err = bounded(Duration::from_secs(5), move || before.list().unwrap_err());
     assert!(err.to_string().contains("did not answer"), "{err}");
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());

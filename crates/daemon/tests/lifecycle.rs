@@ -116,8 +116,10 @@ fn sigterm_and_sigint_remove_the_socket_and_stop_the_owned_mps_daemon() {
             .unwrap();
         let pid_file = dir.join("xpreempt.sock.mps/pipe/nvidia-cuda-mps-control.pid");
         assert!(
-            within(Duration::from_secs(10), || std::fs::read_to_string(&pid_file)
-                .is_ok_and(|s| s.ends_with('\n'))
+            within(Duration::from_secs(10), || std::fs::read_to_string(
+                &pid_file
+            )
+            .is_ok_and(|s| s.ends_with('\n'))
                 && std::os::unix::net::UnixStream::connect(&sock).is_ok())
             .is_some(),
             "the daemon and its MPS did not come up"

@@ -51,10 +51,7 @@ fn invented_devices_make_no_schedulers_and_their_queues_run_locally() {
     for device in 0..200u32 {
         let q = a
             .queue(
-                xpreempt_agent::Declaration {
-                    device,
-                    ..decl(1)
-                },
+                xpreempt_agent::Declaration { device, ..decl(1) },
                 QueueConfig::new(4, 2, Level::Lv2).unwrap(),
                 dev.dev.create_queue(Level::Lv2),
             )
@@ -146,7 +143,11 @@ fn one_user_cannot_take_every_connection() {
     let held: Vec<UnixStream> = (0..30)
         .filter_map(|_| {
             let mut s = hello(&sock, Role::Agent, "holder");
-            matches!(frame::read::<DaemonMsg>(&mut s), Ok(DaemonMsg::Welcome { .. })).then_some(s)
+            matches!(
+                frame::read::<DaemonMsg>(&mut s),
+                Ok(DaemonMsg::Welcome { .. })
+            )
+            .then_some(s)
         })
         .collect();
     assert_eq!(held.len(), 10);
@@ -171,7 +172,10 @@ fn a_connection_that_holds_nothing_is_closed_when_idle_or_stalled() {
     let a = agent(&sock, "worker");
     let _q = queue(&a, &dev, 1);
     let mut idle = hello(&sock, Role::Operator, "idler");
-    assert_eq!(frame::read::<DaemonMsg>(&mut idle).unwrap(), DaemonMsg::Ready);
+    assert_eq!(
+        frame::read::<DaemonMsg>(&mut idle).unwrap(),
+        DaemonMsg::Ready
+    );
     let mut stalled = hello(&sock, Role::Operator, "staller");
     assert_eq!(
         frame::read::<DaemonMsg>(&mut stalled).unwrap(),
@@ -183,7 +187,9 @@ fn a_connection_that_holds_nothing_is_closed_when_idle_or_stalled() {
         DaemonMsg::Refused { reason } => assert!(reason.contains("idle"), "{reason}"),
         other => panic!("{other:?}"),
     }
-    stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let mut rest = Vec::new();
     let _ = stalled.read_to_end(&mut rest);
     assert_eq!(refusals(&d, "idle"), 1);
@@ -286,7 +292,11 @@ fn connections_are_refused_before_the_daemon_runs_out_of_descriptors() {
         });
     }
     let d = DaemonProcess(cmd.spawn().unwrap());
-    assert!(within(Duration::from_secs(10), || UnixStream::connect(&sock).is_ok()).is_some());
+    assert!(
+        within(Duration::from_secs(10), || UnixStream::connect(&sock)
+            .is_ok())
+        .is_some()
+    );
     let mut held = Vec::new();
     let mut refused = 0;
     for _ in 0..300 {
@@ -312,7 +322,10 @@ fn connections_are_refused_before_the_daemon_runs_out_of_descriptors() {
     let fds = std::fs::read_dir(format!("/proc/{}/fd", d.0.id()))
         .unwrap()
         .count();
-    eprintln!("{} held, {refused} refused, {fds} descriptors open", held.len());
+    eprintln!(
+        "{} held, {refused} refused, {fds} descriptors open",
+        held.len()
+    );
     assert!(fds < 200, "{fds}");
     assert!(held.len() >= 20, "{}", held.len());
     let t = Instant::now();

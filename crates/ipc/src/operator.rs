@@ -121,7 +121,12 @@ impl Operator {
         match e {
             FrameError::Io(io) if crate::unix::is_timeout(&io) => OperatorError::Timeout {
                 path: self.path.clone(),
-                limit: self.stream.read_timeout().ok().flatten().unwrap_or(self.limit),
+                limit: self
+                    .stream
+                    .read_timeout()
+                    .ok()
+                    .flatten()
+                    .unwrap_or(self.limit),
             },
             e => OperatorError::Frame(e),
         }

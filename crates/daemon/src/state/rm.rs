@@ -212,7 +212,10 @@ impl State {
 
     /// Whether a client holds channel groups.
     pub(super) fn rm_holds(&self, client: u64) -> bool {
-        self.rm.by_client.get(&client).is_some_and(|s| !s.is_empty())
+        self.rm
+            .by_client
+            .get(&client)
+            .is_some_and(|s| !s.is_empty())
     }
 
     /// A client is gone: the groups it did not free (it crashed, or was killed) are destroyed.

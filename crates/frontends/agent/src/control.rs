@@ -102,7 +102,12 @@ fn run(inner: &Inner, spin: Duration) {
             if let Some(why) = daemon_failed(inner, &mut daemon_beat) {
                 // A daemon closes a connection that holds no queue once it is idle: nothing
                 // to say then (the agent reconnects quietly).
-                if inner.lock_queues().iter().flatten().any(|e| e.remote.is_some()) {
+                if inner
+                    .lock_queues()
+                    .iter()
+                    .flatten()
+                    .any(|e| e.remote.is_some())
+                {
                     tracing::warn!(
                         "xpreempt daemon {why}; resuming this process's queues and scheduling locally"
                     );

@@ -426,8 +426,8 @@ pub(crate) fn connect(inner: &Inner) -> Result<Connection, AgentError> {
     let limit = inner.timeout;
     let started = std::time::Instant::now();
     let t = |e: AgentError| timed(e, limit);
-    let mut stream = xpreempt_ipc::unix::connect_within(&inner.socket, limit)
-        .map_err(|e| t(e.into()))?;
+    let mut stream =
+        xpreempt_ipc::unix::connect_within(&inner.socket, limit).map_err(|e| t(e.into()))?;
     frame::write(
         &mut stream,
         &ClientMsg::Hello {
