@@ -19,6 +19,9 @@ use xpreempt_ipc::unix::{Cred, peer_cred, send_fd};
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a connection admitted into the operators' reserve may stay silent.
+const RESERVE_IDLE: Duration = Duration::from_secs(1);
+
 pub(crate) fn accept(shared: &Arc<Shared>, listener: UnixListener) {
     for stream in listener.incoming() {
         if shared.is_stopping() {
@@ -143,7 +146,11 @@ fn serve_connection(
     cred: Cred,
     operator_only: Option<Reason>,
 ) {
-    let limits = shared.config.limits.clone();
+    let mut limits = shared.config.limits.clone();
+    if operator_only.is_some() {
+        // A seat of the operators' reserve is for a command, not for holding: it frees soon.
+        limits.idle = limits.idle.min(RESERVE_IDLE);
+    }
     let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
     // A client that does not take its answers cannot hold this thread either.
     let _ = stream.set_write_timeout(Some(limits.frame));

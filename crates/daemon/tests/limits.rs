@@ -242,8 +242,17 @@ fn a_clean_close_is_not_a_bad_frame() {
     let d = daemon_with(&sock, Limits::default());
     for _ in 0..200 {
         let mut s = hello(&sock, Role::Operator, "prober");
-        // Asks and leaves without reading a word of the answers.
+        // Asks and leaves without reading a word of the answers, once they have arrived
+        // (closing with unread data resets the connection).
         frame::write(&mut s, &ClientMsg::Stats).unwrap();
+        let mut fds = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&s),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one valid pollfd.
+        unsafe { libc::poll(&mut fds, 1, 1000) };
+        std::thread::sleep(Duration::from_millis(2));
     }
     let _ = Operator::connect(&sock).list();
     assert_eq!(d.stats().bad_frames, 0, "{:?}", d.stats());
@@ -272,12 +281,11 @@ fn names_with_control_characters_are_escaped_and_capped() {
     assert!(name.chars().count() <= xpreempt_ipc::names::MAX_NAME + 1);
 }
 
-#[test]
-fn connections_are_refused_before_the_daemon_runs_out_of_descriptors() {
+/// xpreemptd with at most 200 descriptors.
+fn daemon_with_200_descriptors(sock: &Path) -> DaemonProcess {
     use std::os::unix::process::CommandExt;
-    let sock = socket("nofile");
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_xpreemptd"));
-    cmd.arg("--socket").arg(&sock).env("XPREEMPT_LOG", "error");
+    cmd.arg("--socket").arg(sock).env("XPREEMPT_LOG", "error");
     // SAFETY: setrlimit in the child before exec, async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
@@ -293,10 +301,55 @@ fn connections_are_refused_before_the_daemon_runs_out_of_descriptors() {
     }
     let d = DaemonProcess(cmd.spawn().unwrap());
     assert!(
-        within(Duration::from_secs(10), || UnixStream::connect(&sock)
+        within(Duration::from_secs(10), || UnixStream::connect(sock)
             .is_ok())
         .is_some()
     );
+    d
+}
+
+#[test]
+fn operators_that_hold_connections_cannot_lock_out_the_next_operator() {
+    let sock = socket("nofile-ops");
+    let d = daemon_with_200_descriptors(&sock);
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        let Ok(mut s) = UnixStream::connect(&sock) else {
+            continue;
+        };
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let hello = ClientMsg::Hello {
+            version: xpreempt_ipc::PROTOCOL_VERSION,
+            role: Role::Operator,
+            name: "holder".into(),
+        };
+        if frame::write(&mut s, &hello).is_ok()
+            && matches!(frame::read::<DaemonMsg>(&mut s), Ok(DaemonMsg::Ready))
+        {
+            held.push(s);
+        }
+    }
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", d.0.id()))
+        .unwrap()
+        .count();
+    assert!(fds < 200, "{fds}");
+    // The holders fill the reserve too, but a seat there frees after a second of silence.
+    let t = Instant::now();
+    let listed = within(Duration::from_secs(5), || {
+        xpreempt_ipc::operator::Operator::connect(&sock).is_ok_and(|mut o| o.list().is_ok())
+    });
+    eprintln!("{} holders; list answered after {listed:?}", held.len());
+    assert!(
+        listed.is_some(),
+        "list never got through ({:?})",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn connections_are_refused_before_the_daemon_runs_out_of_descriptors() {
+    let sock = socket("nofile");
+    let d = daemon_with_200_descriptors(&sock);
     let mut held = Vec::new();
     let mut refused = 0;
     for _ in 0..300 {
