@@ -94,7 +94,14 @@ pub enum Scheduler {
 
 /// Connects to the daemon once to learn whether it runs and owns MPS.
 pub fn find_scheduler(socket: &Path) -> Scheduler {
-    match Operator::connect(socket).and_then(|mut o| o.stats()) {
+    // Bounded like an application's own wait: a stopped daemon must not delay the program.
+    let probe = Operator::connect_within(
+        socket,
+        xpreempt_ipc::msg::Role::Operator,
+        "xpreempt run",
+        xpreempt_ipc::operator::APPLICATION_TIMEOUT,
+    );
+    match probe.and_then(|mut o| o.stats()) {
         Ok(stats) => Scheduler::Daemon {
             socket: socket.to_path_buf(),
             mps_pipe: stats.mps_pipe,

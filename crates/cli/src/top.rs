@@ -173,7 +173,10 @@ pub fn header_line() -> String {
 }
 
 pub fn row_line(r: &QueueRow) -> String {
-    let name: String = r.process_name.chars().take(16).collect();
+    let name: String = xpreempt_ipc::names::clean(&r.process_name)
+        .chars()
+        .take(16)
+        .collect();
     // A queue never suspended has no latency to show; 0.0 would read as "instant".
     let p99 = if r.suspend_p99_ns == 0 {
         "-".to_string()

@@ -157,3 +157,77 @@ fn signals_and_launch_failures_are_reported_like_a_shell_would() {
 fn libc_sigterm() -> i32 {
     15
 }
+
+/// SIGSTOP (or SIGCONT) to the daemon.
+fn signal(d: &Daemon, sig: i32) {
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(d.0.id().to_string())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // A stop takes effect when the kernel next schedules the daemon's threads.
+    std::thread::sleep(Duration::from_millis(50));
+}
+
+#[test]
+fn a_stopped_daemon_does_not_delay_the_program_and_operator_commands_time_out() {
+    let d = dir("stopped");
+    let socket = d.join("xpreempt.sock");
+    let daemon = Daemon::start(&socket);
+    signal(&daemon, 19); // SIGSTOP
+    // The program prints when it starts; `run` is timed from its own start to that line.
+    let t = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xpreempt"))
+        .arg("run")
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--shim")
+        .arg(shim())
+        .args(["--", "echo", "started"])
+        .env_remove("LD_PRELOAD")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        (line, t.elapsed())
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !reader.is_finished() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            signal(&daemon, 18);
+            panic!("the program did not start while the daemon was stopped");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (line, took) = reader.join().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(line.trim(), "started");
+    eprintln!("the program started {took:?} after `run` did");
+    assert!(took < Duration::from_millis(600), "{took:?}");
+    assert!(
+        text(&out.stderr).contains("did not answer within 100 ms"),
+        "{}",
+        text(&out.stderr)
+    );
+    // An operator command fails with a clear message rather than hanging.
+    let t = Instant::now();
+    let list = Command::new(env!("CARGO_BIN_EXE_xpreempt"))
+        .args(["list", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(!list.status.success());
+    assert!(
+        text(&list.stderr).contains("did not answer within"),
+        "{}",
+        text(&list.stderr)
+    );
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    signal(&daemon, 18); // SIGCONT
+}

@@ -68,6 +68,13 @@ pub(crate) fn render(shared: &Shared) -> String {
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP xpreempt_refusals_total Requests and connections refused by the daemon's limits.\n# TYPE xpreempt_refusals_total counter"
+    );
+    for (reason, n) in &stats.refusals {
+        let _ = writeln!(out, "xpreempt_refusals_total{{reason=\"{reason}\"}} {n}");
+    }
     let device_metrics: [Metric<DeviceStats, u64>; 5] = [
         ("xpreempt_queues", "Queues registered.", |d| {
             u64::from(d.queues)

@@ -80,6 +80,19 @@ pub(crate) fn handle(shared: &Shared, id: u64, cred: Cred, msg: ClientMsg) -> Op
             let _ = st.rm_task_destroy(id, device, tsg);
             return None;
         }
+        ClientMsg::SetPriority { .. } | ClientMsg::SetHints { .. }
+            if !st
+                .change_rate
+                .take(cred.uid, shared.config.limits.changes_per_sec) =>
+        {
+            st.refused(crate::limits::Reason::ChangeRate);
+            DaemonMsg::Refused {
+                reason: format!(
+                    "user {} made more than {} priority or hint changes in a second (--max-changes-per-sec)",
+                    cred.uid, shared.config.limits.changes_per_sec
+                ),
+            }
+        }
         ClientMsg::SetPriority { target, priority } => {
             answer(st.set_priority(cred, target, priority))
         }

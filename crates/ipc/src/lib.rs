@@ -17,6 +17,7 @@ pub mod board;
 pub mod frame;
 mod mapping;
 pub mod msg;
+pub mod names;
 pub mod operator;
 pub mod shm;
 pub mod unix;

@@ -243,6 +243,11 @@ pub struct DaemonStats {
     /// The pipe directory of the MPS control daemon this daemon owns (`--mps`), for clients'
     /// `CUDA_MPS_PIPE_DIRECTORY`; `None` when the GPU is time-sliced.
     pub mps_pipe: Option<String>,
+    /// Requests and connections refused by the daemon's limits, by reason (`connections`,
+    /// `connections_per_uid`, `queues`, `queues_per_uid`, `device`, `change_rate`, `idle`,
+    /// `slow_frame`, `hello_timeout`).
+    #[serde(default)]
+    pub refusals: std::collections::BTreeMap<String, u64>,
 }
 
 /// The protocol version a `Hello` frame carries, whatever the sender's other messages look like.

@@ -40,7 +40,14 @@ pub struct Header {
     pub heartbeat: AtomicU64,
     /// Set by the daemon while its hooks want `Work` messages.
     pub wants_work: AtomicU32,
+    /// Bumped by the daemon at least every [`DAEMON_BEAT`]: an agent whose queue the daemon
+    /// holds suspended gives the daemon up when this stops moving (a stopped or hung daemon
+    /// must not hold an application).
+    pub daemon_beat: AtomicU64,
 }
+
+/// How often the daemon shows it is alive to every agent.
+pub const DAEMON_BEAT: Duration = Duration::from_millis(250);
 
 /// How often an agent shows it is alive.
 pub const HEARTBEAT: Duration = Duration::from_millis(20);
