@@ -276,6 +276,7 @@ impl State {
             priority: decl.priority,
             hints: decl.hints,
             interleave: decl.interleave,
+            compute_units: None,
         };
         if let Some(s) = segment.slot(slot) {
             // A slot reused after an earlier queue starts from nothing.

@@ -7,11 +7,13 @@
 #![forbid(unsafe_code)]
 
 pub mod command;
+mod compute_units;
 pub mod hints;
 pub mod histogram;
 mod level;
 
 pub use command::{Command, CommandProps, HostFn, Launched, Op, OpKind, Seq};
+pub use compute_units::{ComputeUnits, may_share};
 pub use hints::{HintError, Hints};
 pub use level::{Level, ParseLevelError};
 

@@ -23,6 +23,10 @@ impl CuMask {
         Self(words)
     }
 
+    pub fn words(&self) -> &[u64] {
+        &self.0
+    }
+
     pub fn contains(&self, cu: u32) -> bool {
         self.0
             .get((cu / 64) as usize)

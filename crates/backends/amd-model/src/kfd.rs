@@ -177,6 +177,11 @@ impl Gpu {
         Ok(self.q(queue)?.priority)
     }
 
+    /// The queue's CU mask as 64-bit words (`None`: every CU).
+    pub fn cu_mask_words(&self, queue: QueueId) -> Result<Option<Vec<u64>>, ModelError> {
+        Ok(self.q(queue)?.cu_mask.as_ref().map(|m| m.words().to_vec()))
+    }
+
     pub fn owner(&self, queue: QueueId) -> Result<ProcessId, ModelError> {
         Ok(self.q(queue)?.process)
     }

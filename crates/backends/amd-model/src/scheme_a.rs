@@ -1,7 +1,8 @@
 //! Scheme A: an in-kernel monitor. Every `check_interval` it reads each queue's rptr
 //! and wptr, finds the highest logical priority with pending work and every queue running below
 //! it (inversions), preempts all of them through CWSR in that one pass, and resumes a preempted
-//! queue once no higher-priority queue has work. Nothing is intercepted: applications keep
+//! queue once no higher-priority queue has work. A queue whose CU mask is disjoint from a
+//! higher one's is left running: the two do not delay each other. Nothing is intercepted: applications keep
 //! ringing their doorbells. Because one pass clears every inversion it finds, a queue that
 //! becomes the highest with work is served at the first check after that: its detection delay
 //! is at most one check interval.
@@ -115,19 +116,26 @@ impl Monitor {
             s.pending = w - r;
             view.push((q, prio, s.pending, s.preempted));
         }
-        // Step 2: the highest logical priority with work (preempted queues still have theirs).
-        let top = view.iter().filter(|v| v.2 > 0).map(|v| v.1).max();
-        if let Some(top) = top {
-            self.preempt_below(gpu, now, &view, top);
-        }
-        // Step 5: resume preempted queues that nothing higher keeps off.
-        for &(q, prio, _, _) in &view {
-            if !self.seen[q.0 as usize].preempted {
-                continue;
-            }
-            // Only the top level comes back, so that a lower queue is not resumed in the same
-            // pass as the higher one it would be preempted for at the next.
-            if top.is_some_and(|t| prio < t) {
+        // Step 2: for each queue, the highest queue with work above it on CUs it may share
+        // (preempted queues still have theirs).
+        let masks: Vec<Option<Vec<u64>>> = view
+            .iter()
+            .map(|v| gpu.cu_mask_words(v.0).ok().flatten())
+            .collect();
+        let above: Vec<Option<QueueId>> = (0..view.len())
+            .map(|i| {
+                (0..view.len())
+                    .filter(|&j| view[j].2 > 0 && view[j].1 > view[i].1)
+                    .filter(|&j| share(masks[i].as_deref(), masks[j].as_deref()))
+                    .max_by_key(|&j| (view[j].1, std::cmp::Reverse(view[j].0)))
+                    .map(|j| view[j].0)
+            })
+            .collect();
+        self.preempt_held(gpu, now, &view, &above);
+        // Step 5: resume preempted queues that nothing higher keeps off (a lower queue is not
+        // resumed in the same pass as the higher one it would be preempted for at the next).
+        for (i, &(q, _, _, _)) in view.iter().enumerate() {
+            if !self.seen[q.0 as usize].preempted || above[i].is_some() {
                 continue;
             }
             match gpu.resume_queue(Caller::kernel(), q) {
@@ -144,31 +152,30 @@ impl Monitor {
         }
     }
 
-    /// Step 3: CWSR preemption of every queue running below `top`, all in this pass; their
-    /// rings stay as they are.
-    fn preempt_below(
+    /// Step 3: CWSR preemption of every running queue with work that a higher queue with work
+    /// (`above`) may share CUs with, all in this pass; their rings stay as they are.
+    fn preempt_held(
         &mut self,
         gpu: &mut Gpu,
         now: Nanos,
         view: &[(QueueId, Priority, u64, bool)],
-        top: Priority,
+        above: &[Option<QueueId>],
     ) {
-        let high = view
+        let lows: Vec<(QueueId, QueueId)> = view
             .iter()
-            .filter(|v| v.2 > 0 && v.1 == top)
-            .map(|v| v.0)
-            .min()
-            .unwrap_or(QueueId(0));
-        let lows: Vec<QueueId> = view
-            .iter()
-            .filter(|v| v.2 > 0 && !v.3 && v.1 < top)
-            .map(|v| v.0)
+            .zip(above)
+            .filter(|(v, _)| v.2 > 0 && !v.3)
+            .filter_map(|(v, a)| a.map(|high| (v.0, high)))
             .collect();
-        if !lows.is_empty() {
+        if let Some(top) = lows
+            .iter()
+            .filter_map(|&(_, h)| view.iter().find(|v| v.0 == h).map(|v| v.1))
+            .max()
+        {
             self.stats.inversions += 1;
             self.inversion_checks.push((now, top));
         }
-        for low in lows {
+        for (low, high) in lows {
             match gpu.preempt_queue(Caller::kernel(), low, self.mode) {
                 Ok(()) => {
                     self.stats.preemptions += 1;
@@ -182,5 +189,13 @@ impl Monitor {
                 }
             }
         }
+    }
+}
+
+/// Whether queues with these CU masks (`None`: every CU) may run on a common CU.
+fn share(a: Option<&[u64]>, b: Option<&[u64]>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.iter().zip(b).any(|(x, y)| x & y != 0),
+        _ => true,
     }
 }

@@ -1,6 +1,7 @@
 //! Highest priority first: every queue at the highest effective priority with work runs, all
 //! together, as the hardware would run them; a queue is stopped only while a queue of strictly
-//! higher effective priority has work. Equal priorities take turns only where a queue's
+//! higher effective priority has work on compute units it may share (queues confined to
+//! disjoint units do not delay each other). Equal priorities take turns only where a queue's
 //! timeslice hint asks for it: the tied queues with such a hint rotate among themselves (each
 //! for its own slice), beside the tied queues without one.
 
@@ -27,13 +28,13 @@ impl Policy for Hpf {
                 wake_at: None,
             };
         };
-        // Idle queues at or above the top may launch the moment they submit: nothing active
-        // is above them.
+        // Idle queues too may launch the moment they submit where nothing active holds them.
         let mut decision = Decision {
             run: view
                 .queues
                 .iter()
-                .filter(|q| q.effective_priority >= top && !wants_turns(q, top))
+                .filter(|q| !view.queues.iter().any(|h| q.held_back_by(h)))
+                .filter(|q| !wants_turns(q, top))
                 .map(|q| q.id)
                 .collect(),
             wake_at: None,
@@ -50,12 +51,10 @@ impl Policy for Hpf {
 
     /// The effective priority: an active queue stops every queue of strictly lower priority,
     /// and a queue with no active queue above it runs. No order where a tied queue takes
-    /// turns by its timeslice hint: a turn ends by the clock, not by the order.
+    /// turns by its timeslice hint (a turn ends by the clock, not by the order), nor where a
+    /// queue is confined to some compute units (a higher queue elsewhere leaves it running).
     fn preemption_rank(&self, queue: &QueueView) -> Option<i64> {
-        queue
-            .hints
-            .timeslice_ns
-            .is_none()
+        (queue.hints.timeslice_ns.is_none() && queue.compute_units.is_none())
             .then_some(i64::from(queue.effective_priority))
     }
 }
@@ -123,5 +122,22 @@ mod tests {
         assert_eq!((ids(&d.run), d.wake_at), (vec![1, 2], Some(200)));
         assert_eq!(Hpf.preemption_rank(&qs[0]), None);
         assert_eq!(Hpf.preemption_rank(&qs[2]), Some(5));
+    }
+
+    #[test]
+    fn a_higher_queue_on_other_compute_units_stops_nothing() {
+        use xpreempt_types::ComputeUnits;
+        let mut qs = [
+            queue(0, 3, Running),
+            queue(1, 12, Ready),
+            queue(2, 1, Running),
+        ];
+        qs[0].compute_units = Some(ComputeUnits::range(40, 40));
+        qs[1].compute_units = Some(ComputeUnits::range(0, 40));
+        // Queue 2 may run anywhere, so it shares units with the high queue.
+        assert_eq!(ids(&decide(&qs, 0).run), vec![0, 1]);
+        qs[0].compute_units = Some(ComputeUnits::range(30, 40));
+        assert_eq!(ids(&decide(&qs, 0).run), vec![1]);
+        assert_eq!(Hpf.preemption_rank(&qs[0]), None);
     }
 }

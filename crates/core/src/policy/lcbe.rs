@@ -2,7 +2,7 @@
 //! are suspended; latency-critical queues always run.
 
 use super::{Decision, Policy, QueueView, View};
-use xpreempt_types::Priority;
+use xpreempt_types::{Priority, may_share};
 
 #[derive(Clone, Debug)]
 pub struct LcBe {
@@ -30,12 +30,20 @@ impl Policy for LcBe {
     }
 
     fn decide(&mut self, view: &View<'_>) -> Decision {
-        let lc_busy = view.queues.iter().any(|q| q.is_active() && self.is_lc(q));
+        // A BE queue yields to busy LC queues that may share its compute units.
+        let held = |q: &QueueView| {
+            !self.is_lc(q)
+                && view.queues.iter().any(|h| {
+                    h.is_active()
+                        && self.is_lc(h)
+                        && may_share(q.compute_units.as_ref(), h.compute_units.as_ref())
+                })
+        };
         Decision {
             run: view
                 .queues
                 .iter()
-                .filter(|q| !lc_busy || self.is_lc(q))
+                .filter(|q| !held(q))
                 .map(|q| q.id)
                 .collect(),
             wake_at: None,
@@ -45,7 +53,10 @@ impl Policy for LcBe {
     /// Latency-critical 1, best-effort 0: a busy LC queue stops every BE queue, LC queues always
     /// run, and a BE queue with no other queue busy runs.
     fn preemption_rank(&self, queue: &QueueView) -> Option<i64> {
-        Some(i64::from(self.is_lc(queue)))
+        queue
+            .compute_units
+            .is_none()
+            .then_some(i64::from(self.is_lc(queue)))
     }
 }
 

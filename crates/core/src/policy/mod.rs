@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use thiserror::Error;
 use xpreempt_types::Hints;
-use xpreempt_types::{Nanos, Priority, ProcessId, QueueId};
+use xpreempt_types::{ComputeUnits, Nanos, Priority, ProcessId, QueueId, may_share};
 
 /// Default timeslice of the round-robin policies.
 pub const DEFAULT_TIMESLICE_NS: Nanos = 5_000_000;
@@ -51,12 +51,22 @@ pub struct QueueView {
     pub running_since: Option<Nanos>,
     /// Total time the queue has spent running.
     pub run_ns: Nanos,
+    /// The compute units the hardware confines it to (`None`: all of them).
+    pub compute_units: Option<ComputeUnits>,
 }
 
 impl QueueView {
     /// Has work (pending, in flight or stopped part-way).
     pub fn is_active(&self) -> bool {
         self.state != QueueState::Idle
+    }
+
+    /// Whether `other` with work holds this queue back: it ranks strictly higher (effective
+    /// priority) and may run on the same compute units.
+    pub fn held_back_by(&self, other: &QueueView) -> bool {
+        other.is_active()
+            && other.effective_priority > self.effective_priority
+            && may_share(self.compute_units.as_ref(), other.compute_units.as_ref())
     }
 }
 
@@ -162,6 +172,7 @@ pub(crate) mod testutil {
             active_since: (state != QueueState::Idle).then_some(0),
             running_since: (state == QueueState::Running).then_some(0),
             run_ns: 0,
+            compute_units: None,
         }
     }
 

@@ -4,7 +4,7 @@
 //! ([`super::driver::Driver`]) applies its answers.
 
 use serde::{Deserialize, Serialize};
-use xpreempt_types::{Hints, Nanos, OpKind, Priority, ProcessId, QueueId, Seq};
+use xpreempt_types::{ComputeUnits, Hints, Nanos, OpKind, Priority, ProcessId, QueueId, Seq};
 
 /// What a queue declares when it is created.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -16,6 +16,9 @@ pub struct QueueInfo {
     pub hints: Hints,
     /// At most this many other queues may run alongside this one.
     pub interleave: Option<u32>,
+    /// The compute units the hardware confines the queue to (`None`: all of them).
+    #[serde(default)]
+    pub compute_units: Option<ComputeUnits>,
 }
 
 impl QueueInfo {
@@ -27,6 +30,7 @@ impl QueueInfo {
             priority,
             hints: Hints::default(),
             interleave: None,
+            compute_units: None,
         }
     }
 }

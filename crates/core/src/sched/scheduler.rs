@@ -463,6 +463,7 @@ impl Entry {
             active_since: self.active_since,
             running_since: self.running_since,
             run_ns: self.run_ns + self.running_since.map_or(0, |s| now.saturating_sub(s)),
+            compute_units: self.info.compute_units.clone(),
         }
     }
 }

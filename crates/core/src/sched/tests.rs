@@ -420,3 +420,43 @@ fn an_inherited_priority_lifts_a_queue_until_it_is_returned() {
     s.handle(4, inherit(None)).unwrap();
     assert!(!s.is_allowed(QueueId(0)) && s.is_allowed(QueueId(1)));
 }
+
+proptest! {
+    /// The priority rule under HPF, for any priorities (ties included), activity and compute
+    /// units: a queue runs exactly when no queue with work ranks strictly above it on units it
+    /// may share. So nothing is stopped without a strictly higher active queue, every active
+    /// queue at the top runs, and a queue on disjoint units is never stopped.
+    #[test]
+    fn hpf_stops_a_queue_only_for_a_strictly_higher_one_it_shares_units_with(
+        prios in proptest::collection::vec(0i32..4, 2..6),
+        units in proptest::collection::vec(proptest::option::of(0u32..3), 6),
+        events in proptest::collection::vec(ev(), 1..60),
+    ) {
+        let n = prios.len() as u32;
+        let mut s = hpf();
+        let mask = |u: Option<u32>| u.map(|k| xpreempt_types::ComputeUnits::range(k * 10, 10));
+        for (i, &p) in prios.iter().enumerate() {
+            let mut info = QueueInfo::new(QueueId(i as u32), p);
+            info.compute_units = mask(units[i]);
+            s.handle(0, SchedEvent::Created(info)).unwrap();
+        }
+        let mut now = 0;
+        for e in events {
+            match e {
+                Ev::Ready(q) if q < n => { ready(&mut s, now, q); }
+                Ev::Idle(q) if q < n => { s.handle(now, SchedEvent::Idle(QueueId(q))).unwrap(); }
+                Ev::Tick(dt) => { now += dt; s.handle(now, SchedEvent::Timer).unwrap(); }
+                _ => continue,
+            }
+            let views = s.views().to_vec();
+            for v in &views {
+                let held = views.iter().any(|h| {
+                    h.is_active()
+                        && h.effective_priority > v.effective_priority
+                        && xpreempt_types::may_share(v.compute_units.as_ref(), h.compute_units.as_ref())
+                });
+                prop_assert_eq!(s.is_allowed(v.id), !held, "{:?} among {:?}", v, views);
+            }
+        }
+    }
+}

@@ -399,6 +399,7 @@ pub(crate) fn local_info(id: QueueId, decl: &QueueDecl) -> QueueInfo {
         priority: decl.priority,
         hints: decl.hints,
         interleave: decl.interleave,
+        compute_units: None,
     }
 }
 

@@ -11,6 +11,7 @@ use xpreempt_core::sched::{Driver, Hooks, QueueInfo, SchedError, Scheduler};
 use xpreempt_core::stats::{QueueStats, SchedulerStats};
 use xpreempt_core::xqueue::{BoundQueue, DriveError};
 use xpreempt_core::{Command, CommandProps, Level, Nanos, Priority, QueueConfig, QueueId, XQueue};
+use xpreempt_types::ComputeUnits;
 
 #[derive(Debug, Error)]
 pub enum SchemeBError {
@@ -45,6 +46,13 @@ impl SchemeB {
             let id = QueueId(i as u32);
             let mut info = QueueInfo::new(id, priority);
             info.process = caller.process;
+            // A queue confined by its CU mask is not stopped for a higher one elsewhere.
+            info.compute_units = gpu
+                .borrow()
+                .cu_mask_words(q)
+                .ok()
+                .flatten()
+                .map(ComputeUnits::from_words);
             let window = windows.get(i).copied().unwrap_or_default();
             let queue = BoundQueue::new(
                 XQueue::new(id, window, level),

@@ -115,3 +115,30 @@ fn equal_replicas_share_while_a_lower_queue_waits() {
     );
     assert!(lv3.exactly_once, "{:?}", lv3.problems);
 }
+
+/// Queues on disjoint CUs do not delay each other, so no mode stops the trainer for the
+/// inference task beside it: every mode runs as `none` does.
+#[test]
+fn disjoint_compute_units_are_never_preempted() {
+    let s = load("spatial-partition.toml");
+    let (r, _) = simulate(&s, &Mode::ALL, &SimOptions::default()).unwrap();
+    let none = r.modes.iter().find(|m| m.mode == "none").unwrap();
+    let train = |m: &xpreempt_sim::report::ModeReport| {
+        m.tasks
+            .iter()
+            .find(|t| t.name == "train")
+            .unwrap()
+            .latency_us
+            .unwrap()
+    };
+    for m in &r.modes {
+        assert_eq!((m.preemptions, m.resumes), (0, 0), "{}", m.mode);
+        assert!(
+            (train(m) - train(none)).abs() <= 0.01 * train(none),
+            "{}: train {} µs against none's {} µs",
+            m.mode,
+            train(m),
+            train(none)
+        );
+    }
+}
