@@ -39,6 +39,10 @@ pub struct Args {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
+    /// Write a timeline of every queue's states and of every suspension, with the queue it was
+    /// for, to FILE (Chrome/Perfetto JSON: open it at ui.perfetto.dev).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// Start and own an MPS control daemon (private pipe and log directories beside the socket,
     /// `SOCKET.mps/`); `xpreempt run` points its children at it. If MPS cannot start, the daemon
     /// says why and clients run time-sliced with Lv3.
@@ -148,6 +152,7 @@ impl Args {
             bail!("--metrics {addr}: serve metrics on a loopback address (127.0.0.1 or ::1)");
         }
         c.metrics = self.metrics;
+        c.trace = self.trace.clone();
         c.limits = self.limits.limits()?;
         if self.mps {
             let mut dir = c.socket.clone().into_os_string();

@@ -27,5 +27,6 @@ mod remote;
 mod requests;
 pub mod server;
 pub mod state;
+pub mod trace;
 
 pub use server::{Config, Daemon, DaemonError, PolicySpec};

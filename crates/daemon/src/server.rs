@@ -59,6 +59,8 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// Start and own an MPS control daemon with its pipe and log directories here.
     pub mps: Option<PathBuf>,
+    /// Write a timeline of queue states and suspensions here ([`crate::trace`]).
+    pub trace: Option<PathBuf>,
     /// What clients can make the daemon hold.
     pub limits: crate::limits::Limits,
 }
@@ -75,6 +77,7 @@ impl Config {
             fast_path: true,
             metrics: None,
             mps: None,
+            trace: None,
             limits: crate::limits::Limits::default(),
         }
     }
@@ -92,6 +95,12 @@ pub enum DaemonError {
     },
     #[error("policy")]
     Policy(#[from] policy::UnknownPolicy),
+    #[error("--trace {path}")]
+    Trace {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("eBPF policy {path}")]
     Bpf {
         path: PathBuf,
@@ -221,6 +230,15 @@ impl Daemon {
         config.limits.fit_descriptors();
         let mut state = State::new(scheduler_factory(&config.policy)?, config.fast_path);
         state.limits = config.limits.clone();
+        if let Some(path) = &config.trace {
+            state.trace =
+                Some(
+                    crate::trace::Trace::create(path).map_err(|source| DaemonError::Trace {
+                        path: path.clone(),
+                        source,
+                    })?,
+                );
+        }
         if matches!(config.policy, PolicySpec::Bpf { .. }) {
             // The program's maps exist from the start, so that an operator can configure them
             // before the first process comes; other devices open with their first queue.
@@ -357,6 +375,11 @@ impl Daemon {
             let _ = t.join();
         }
         let _ = std::fs::remove_file(&self.shared.config.socket);
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .finish_trace();
         drop(self.mps.take());
     }
 }

@@ -115,6 +115,7 @@ pub struct State {
     pub stats: DaemonStats,
     pub limits: Limits,
     pub change_rate: ChangeRate,
+    pub trace: Option<crate::trace::Trace>,
 }
 
 impl State {
@@ -137,6 +138,7 @@ impl State {
             },
             limits: Limits::default(),
             change_rate: ChangeRate::default(),
+            trace: None,
         }
     }
 
@@ -292,6 +294,9 @@ impl State {
             }
         };
         driver.register(info, RemoteQueue::new(segment, slot), &clock)?;
+        if let Some(t) = self.trace.as_mut() {
+            t.name(decl.device, id, &format!("{} ({})", c.name, c.cred.pid));
+        }
         self.next_queue += 1;
         // A device's hooks exist from its first queue on: tell every agent whether to send work.
         let wants = u32::from(self.wants_work());
@@ -371,6 +376,9 @@ impl State {
         let epoch = self.epoch;
         if let Some(d) = self.devices.get_mut(&entry.device) {
             d.unregister(queue, &move || epoch.elapsed().as_nanos() as Nanos);
+        }
+        if let Some(t) = self.trace.as_mut() {
+            t.forget(entry.device, queue, epoch.elapsed().as_nanos() as Nanos);
         }
         self.refresh(entry.device);
         let uid = self
@@ -473,6 +481,14 @@ impl State {
         });
         let priority = priority.map(|p| cap.map_or(p, |c| p.min(c)));
         self.event(client, queue, SchedEvent::Inherit { queue, priority })
+    }
+
+    /// Ends the timeline (`--trace`), if one is written.
+    pub fn finish_trace(&mut self) {
+        let now = self.epoch.elapsed().as_nanos() as Nanos;
+        if let Some(t) = self.trace.as_mut() {
+            t.finish(now);
+        }
     }
 
     /// Fires timers that are due; returns when the next one is.

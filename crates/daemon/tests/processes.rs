@@ -344,3 +344,53 @@ fn equal_clients_run_together_while_a_lower_one_is_suspended() {
     let preemptions: u64 = low_line.trim_start_matches("ok ").parse().unwrap();
     assert!(preemptions >= 1, "{low_line}");
 }
+
+/// `--trace FILE`: the timeline of a real run shows the low client's suspension and names the
+/// queue it was stopped for; the file is a JSON array once the daemon stops.
+#[test]
+fn the_trace_shows_who_stopped_whom() {
+    let sock = socket("trace");
+    let path = sock.with_extension("trace.json");
+    let mut c = xpreempt_daemon::server::Config::new(sock.clone());
+    c.trace = Some(path.clone());
+    let d = xpreempt_daemon::server::Daemon::start(c).expect("daemon starts");
+    let mut op = Operator::connect(&sock);
+    let (mut low, mut low_out) = agent_child(&sock, 1, 150, 2_000_000);
+    let (mut high, mut high_out) = agent_child(&sock, 10, 20, 1_000_000);
+    let low_pid = low.id();
+    assert!(
+        within(Duration::from_secs(5), || state_of(&mut op, low_pid)
+            == Some(QueueState::Suspended))
+        .is_some()
+    );
+    assert!(line(&mut high_out).starts_with("ok") && high.wait().unwrap().success());
+    assert!(line(&mut low_out).starts_with("ok") && low.wait().unwrap().success());
+    drop(op);
+    drop(d);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: Vec<serde_json::Value> = serde_json::from_str(&text).expect("a JSON array");
+    let track = |name: &str| {
+        events
+            .iter()
+            .find(|e| {
+                e["name"] == "thread_name"
+                    && e["args"]["name"].as_str().is_some_and(|n| n.contains(name))
+            })
+            .map(|e| e["tid"].clone())
+    };
+    let (low_tid, high_tid) = (
+        track(&low_pid.to_string()).unwrap(),
+        track(&high.id().to_string()).unwrap(),
+    );
+    let suspend = events
+        .iter()
+        .find(|e| e["name"] == "suspend" && e["tid"] == low_tid)
+        .expect("the low queue's suspension");
+    assert_eq!(suspend["args"]["for"], format!("q{high_tid}"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["name"] == "running" && e["tid"] == high_tid)
+    );
+    let _ = std::fs::remove_file(&path);
+}

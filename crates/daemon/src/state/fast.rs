@@ -15,7 +15,7 @@
 use super::State;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use xpreempt_core::QueueId;
+use xpreempt_core::{Nanos, QueueId};
 use xpreempt_ipc::board::{BOARD_BELLS, BOARD_BITS, Bits, Board};
 use xpreempt_ipc::shm::Quiet;
 
@@ -160,6 +160,10 @@ impl State {
         let Some(d) = self.devices.get_mut(&device) else {
             return;
         };
+        if let Some(t) = self.trace.as_mut() {
+            let now = self.epoch.elapsed().as_nanos() as Nanos;
+            t.observe(device, now, &d.scheduler().snapshot(now));
+        }
         let ranks = if self.boards.enabled {
             d.scheduler().preemption_ranks()
         } else {

@@ -1,0 +1,214 @@
+//! `xpreempt daemon --trace FILE`: a timeline of a real run in the Chrome/Perfetto JSON trace
+//! format (open it at ui.perfetto.dev or chrome://tracing). One track per queue (a process per
+//! device): a span for each state the queue was in (ready, running, suspended), and at every
+//! suspension an instant event that names the queue it was stopped for, so that a user can see
+//! why their job waited.
+//!
+//! Events are written as decisions happen and flushed at least every 100 ms; the closing `]`
+//! comes at the end, which the format lets a reader do without if the daemon was killed.
+
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use xpreempt_core::policy::QueueView;
+use xpreempt_core::sched::protocol::QueueState;
+use xpreempt_core::{Nanos, QueueId};
+
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// What a track shows now.
+struct Span {
+    state: QueueState,
+    since: Nanos,
+}
+
+pub struct Trace {
+    out: BufWriter<File>,
+    /// Per (device, queue): the open span.
+    spans: BTreeMap<(u32, QueueId), Span>,
+    flushed: Instant,
+}
+
+fn us(ns: Nanos) -> f64 {
+    ns as f64 / 1_000.0
+}
+
+fn state_name(s: QueueState) -> &'static str {
+    match s {
+        QueueState::Idle => "idle",
+        QueueState::Ready => "ready",
+        QueueState::Running => "running",
+        QueueState::Suspended => "suspended",
+    }
+}
+
+impl Trace {
+    /// Creates (truncates) `path` and writes the array's opening.
+    pub fn create(path: &Path) -> std::io::Result<Self> {
+        let mut out = BufWriter::new(File::create(path)?);
+        out.write_all(b"[\n")?;
+        out.flush()?;
+        Ok(Self {
+            out,
+            spans: BTreeMap::new(),
+            flushed: Instant::now(),
+        })
+    }
+
+    fn event(&mut self, e: serde_json::Value) {
+        // A trace that cannot be written must not stop the daemon: the error is logged once
+        // by whoever notices the file missing; events are best effort.
+        let _ = serde_json::to_writer(&mut self.out, &e);
+        let _ = self.out.write_all(b",\n");
+        if self.flushed.elapsed() >= FLUSH_EVERY {
+            let _ = self.out.flush();
+            self.flushed = Instant::now();
+        }
+    }
+
+    /// Names a queue's track: its owner's process name and pid.
+    pub fn name(&mut self, device: u32, queue: QueueId, name: &str) {
+        self.event(json!({
+            "ph": "M", "name": "thread_name", "pid": device, "tid": queue.0,
+            "args": { "name": format!("{queue} {name}") },
+        }));
+        self.event(json!({
+            "ph": "M", "name": "process_name", "pid": device, "tid": queue.0,
+            "args": { "name": format!("device {device}") },
+        }));
+    }
+
+    /// After a decision on `device`: every queue whose state changed closes its span and
+    /// opens the next; a suspension names the highest queue with work that holds it back.
+    pub fn observe(&mut self, device: u32, now: Nanos, views: &[QueueView]) {
+        for v in views {
+            let key = (device, v.id);
+            if self.spans.get(&key).is_some_and(|s| s.state == v.state) {
+                continue;
+            }
+            self.close(key, now);
+            if v.state == QueueState::Suspended {
+                let by = views
+                    .iter()
+                    .filter(|h| v.held_back_by(h))
+                    .max_by_key(|h| h.effective_priority);
+                self.event(json!({
+                    "ph": "i", "s": "t", "name": "suspend", "pid": device, "tid": v.id.0,
+                    "ts": us(now),
+                    "args": {
+                        "for": by.map(|h| h.id.to_string()),
+                        "for_priority": by.map(|h| h.effective_priority),
+                        "priority": v.effective_priority,
+                    },
+                }));
+            }
+            if v.state != QueueState::Idle {
+                self.spans.insert(
+                    key,
+                    Span {
+                        state: v.state,
+                        since: now,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The queue is gone: its span ends.
+    pub fn forget(&mut self, device: u32, queue: QueueId, now: Nanos) {
+        self.close((device, queue), now);
+    }
+
+    fn close(&mut self, key: (u32, QueueId), now: Nanos) {
+        if let Some(s) = self.spans.remove(&key) {
+            self.event(json!({
+                "ph": "X", "name": state_name(s.state), "pid": key.0, "tid": key.1.0,
+                "ts": us(s.since), "dur": us(now.saturating_sub(s.since)),
+            }));
+        }
+    }
+
+    /// Ends every open span and the array.
+    pub fn finish(&mut self, now: Nanos) {
+        let keys: Vec<_> = self.spans.keys().copied().collect();
+        for k in keys {
+            self.close(k, now);
+        }
+        let _ = self.out.write_all(b"{}]\n");
+        let _ = self.out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xpreempt_core::Hints;
+
+    fn view(id: u32, prio: i32, state: QueueState) -> QueueView {
+        QueueView {
+            id: QueueId(id),
+            process: 1,
+            logical_priority: prio,
+            effective_priority: prio,
+            state,
+            pending: 0,
+            hints: Hints::default(),
+            active_since: None,
+            running_since: None,
+            run_ns: 0,
+            compute_units: None,
+        }
+    }
+
+    #[test]
+    fn a_timeline_parses_and_names_what_stopped_a_queue() {
+        let dir = std::env::temp_dir().join(format!("xp-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.json");
+        let mut t = Trace::create(&path).unwrap();
+        t.name(0, QueueId(1), "train");
+        t.name(0, QueueId(2), "infer");
+        t.observe(
+            0,
+            1_000,
+            &[
+                view(1, 0, QueueState::Running),
+                view(2, 9, QueueState::Idle),
+            ],
+        );
+        t.observe(
+            0,
+            5_000,
+            &[
+                view(1, 0, QueueState::Suspended),
+                view(2, 9, QueueState::Running),
+            ],
+        );
+        t.observe(
+            0,
+            9_000,
+            &[
+                view(1, 0, QueueState::Running),
+                view(2, 9, QueueState::Idle),
+            ],
+        );
+        t.finish(12_000);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let events: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        let named = |n: &str| events.iter().filter(|e| e["name"] == n).count();
+        assert_eq!(named("running"), 3, "{text}");
+        assert_eq!(named("suspended"), 1);
+        let suspend = events.iter().find(|e| e["name"] == "suspend").unwrap();
+        assert_eq!(suspend["args"]["for"], "q2");
+        assert_eq!(suspend["ts"], 5.0);
+        let stopped = events.iter().find(|e| e["name"] == "suspended").unwrap();
+        assert_eq!(
+            (stopped["ts"].as_f64(), stopped["dur"].as_f64()),
+            (Some(5.0), Some(4.0))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
