@@ -29,7 +29,7 @@ CHAOS_SEEDS=${CHAOS_SEEDS-1 2 3}
 CHAOS_PERIOD_US=${CHAOS_PERIOD_US:-500}
 ARCH=${CUDA_ARCH:-native}
 ALL_PROGRAMS="sync_query wait_event default_stream per_thread memory_ops teardown driver_api launch_ex
-capture_graph hostfunc_order mempool exit_pending threads fork_after_init guard_lv2"
+capture_graph hostfunc_order mempool exit_pending threads fork_after_init guard_lv2 priority_chain"
 PROGRAMS=${PROGRAMS:-$ALL_PROGRAMS}
 mkdir -p "$BUILD" "$RESULTS/logs"
 export TMPDIR=${TMPDIR:-/tmp}
