@@ -209,7 +209,9 @@ fn a_stopped_daemon_does_not_delay_the_program_and_operator_commands_time_out() 
     let out = child.wait_with_output().unwrap();
     assert_eq!(line.trim(), "started");
     eprintln!("the program started {took:?} after `run` did");
-    assert!(took < Duration::from_millis(600), "{took:?}");
+    // Measured 0.18 s (debug build, loaded 2-core machine); the bound leaves room for a
+    // busier one, and a hang (the defect) is caught at 10 s.
+    assert!(took < Duration::from_secs(1), "{took:?}");
     // Without a CUDA driver `run` does not look for the daemon at all (nothing to schedule).
     let err = text(&out.stderr);
     assert!(

@@ -76,8 +76,9 @@ pub struct LimitArgs {
     /// number of GPUs).
     #[arg(long, default_value_t = 16)]
     pub max_devices: u32,
-    /// Priority and hint changes per second of one user (bursts of as many).
-    #[arg(long, default_value_t = 1000)]
+    /// Priority and hint changes per second of one user (bursts of as many); an application
+    /// that raises and lowers its priority around each request makes two per request.
+    #[arg(long, default_value_t = 10_000)]
     pub max_changes_per_sec: u32,
     /// A connection that holds no queue or channel group is closed after this long without a
     /// request.

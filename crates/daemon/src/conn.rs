@@ -126,13 +126,29 @@ fn refuse(shared: &Shared, stream: &mut UnixStream, cred: Cred, why: Refusal, te
             }
         }
     }
-    tracing::warn!(
-        pid = cred.pid,
-        uid = cred.uid,
-        "connection refused: {}",
-        xpreempt_ipc::names::clean(&text)
-    );
+    if may_warn() {
+        tracing::warn!(pid = cred.pid, uid = cred.uid, "connection refused: {text}");
+    } else {
+        tracing::debug!(pid = cred.pid, uid = cred.uid, "connection refused: {text}");
+    }
     let _ = frame::write(stream, &DaemonMsg::Refused { reason: text });
+}
+
+/// Warnings about clients' misbehaviour, at most this many a second: an attack must not flood
+/// the log as well (every refusal is still counted, and logged at debug level).
+const WARNINGS_PER_SEC: u64 = 10;
+
+fn may_warn() -> bool {
+    use std::sync::atomic::AtomicU64;
+    static SECOND: AtomicU64 = AtomicU64::new(0);
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if SECOND.swap(now, Ordering::Relaxed) != now {
+        COUNT.store(0, Ordering::Relaxed);
+    }
+    COUNT.fetch_add(1, Ordering::Relaxed) < WARNINGS_PER_SEC
 }
 
 enum Refusal {
@@ -282,15 +298,21 @@ fn serve_connection(
             Err(FrameError::Closed) => break,
             Err(FrameError::Io(e)) if is_timeout(&e) => {
                 shared.lock().refused(Reason::SlowFrame);
-                tracing::warn!(
-                    pid = cred.pid,
-                    "a frame stalled half-way; connection closed"
-                );
+                if may_warn() {
+                    tracing::warn!(
+                        pid = cred.pid,
+                        "a frame stalled half-way; connection closed"
+                    );
+                }
                 break;
             }
             Err(e) => {
                 shared.lock().stats.bad_frames += 1;
-                tracing::warn!(pid = cred.pid, error = %e, "bad frame; connection closed");
+                if may_warn() {
+                    tracing::warn!(pid = cred.pid, error = %e, "bad frame; connection closed");
+                } else {
+                    tracing::debug!(pid = cred.pid, error = %e, "bad frame; connection closed");
+                }
                 break;
             }
         };

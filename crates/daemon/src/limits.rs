@@ -41,7 +41,7 @@ impl Default for Limits {
             queues: 4096,
             queues_per_uid: 1024,
             devices: 16,
-            changes_per_sec: 1000,
+            changes_per_sec: 10_000,
             idle: Duration::from_secs(30),
             frame: Duration::from_secs(5),
         }

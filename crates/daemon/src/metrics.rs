@@ -24,6 +24,8 @@ pub(crate) fn serve(shared: &Shared, listener: TcpListener) {
         }
         let Ok(mut conn) = conn else { continue };
         let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+        // A scraper that does not read its answer cannot hold the metrics thread either.
+        let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
         // The request itself does not matter: every path answers with the metrics.
         let mut buf = [0u8; 1024];
         let _ = conn.read(&mut buf);

@@ -82,6 +82,11 @@ impl Boards {
     pub fn unseat(&mut self, seat: &Seat) {
         if let Some(user) = self.by_uid.get_mut(&seat.uid) {
             user.bells[seat.bell as usize] = None;
+            // The user's last agent is gone: its board goes too, so that users who come and go
+            // leave no descriptor or mapping behind.
+            if user.bells.iter().all(Option::is_none) && user.bits.iter().all(Option::is_none) {
+                self.by_uid.remove(&seat.uid);
+            }
         }
     }
 
@@ -314,6 +319,17 @@ mod tests {
             rank,
             active: false,
         }
+    }
+
+    #[test]
+    fn a_users_board_goes_with_its_last_agent() {
+        let mut boards = Boards::new(true);
+        let first = boards.seat(7, 1).unwrap();
+        let second = boards.seat(7, 2).unwrap();
+        boards.unseat(&first);
+        assert_eq!(boards.by_uid.len(), 1, "one agent is still seated");
+        boards.unseat(&second);
+        assert!(boards.by_uid.is_empty());
     }
 
     #[test]

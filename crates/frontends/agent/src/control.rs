@@ -20,6 +20,8 @@ use xpreempt_ipc::shm::{HEARTBEAT, decode_report};
 /// every agent.
 const RECONNECT: Duration = Duration::from_millis(200);
 const RECONNECT_MAX: Duration = Duration::from_secs(3);
+/// How many agent timeouts a background handshake may take.
+const RECONNECT_PATIENCE: u32 = 10;
 
 /// How long the daemon may stop beating (`Header::daemon_beat`) while it holds one of this
 /// process's queues suspended before the agent gives up on it and schedules locally.
@@ -64,7 +66,9 @@ fn run(inner: &Inner, spin: Duration) {
             if inner.shutdown.load(Ordering::SeqCst) {
                 break;
             }
-            match connect(inner) {
+            // Off the application's threads, a handshake may take longer than a request: a
+            // loaded machine then still gets its agents back to the daemon.
+            match connect(inner, inner.timeout * RECONNECT_PATIENCE) {
                 Ok(conn) => {
                     backoff = RECONNECT;
                     daemon_beat = (0, Instant::now());

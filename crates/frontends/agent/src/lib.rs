@@ -263,7 +263,7 @@ impl Agent {
             timeout: options.timeout.max(Duration::from_millis(1)),
             said_queue_local: AtomicBool::new(false),
         });
-        match connect(&inner) {
+        match connect(&inner, inner.timeout) {
             Ok(conn) => *inner.mode.write().unwrap_or_else(|p| p.into_inner()) = Mode::Remote(conn),
             Err(e) => control::say_local(&inner, &e),
         }
@@ -422,9 +422,8 @@ fn timed(e: impl Into<AgentError>, limit: Duration) -> AgentError {
 }
 
 /// Connects, says hello as an agent and maps the segment the daemon hands over, all within
-/// the agent's timeout; later requests get the same bound each.
-pub(crate) fn connect(inner: &Inner) -> Result<Connection, AgentError> {
-    let limit = inner.timeout;
+/// `limit`; later requests get the agent's timeout each.
+pub(crate) fn connect(inner: &Inner, limit: Duration) -> Result<Connection, AgentError> {
     let started = std::time::Instant::now();
     let t = |e: AgentError| timed(e, limit);
     let mut stream =
@@ -455,8 +454,8 @@ pub(crate) fn connect(inner: &Inner) -> Result<Connection, AgentError> {
     if started.elapsed() >= limit {
         return Err(AgentError::Timeout(limit));
     }
-    stream.set_read_timeout(Some(limit))?;
-    stream.set_write_timeout(Some(limit))?;
+    stream.set_read_timeout(Some(inner.timeout))?;
+    stream.set_write_timeout(Some(inner.timeout))?;
     Ok(Connection {
         stream: Mutex::new(stream),
         segment,

@@ -43,7 +43,14 @@ fn with_daemon(f: impl Fn(&mut Operator) -> Result<u32, OperatorError>) -> c_int
         let mut conn = CONNECTION.lock().unwrap_or_else(|p| p.into_inner());
         for attempt in 0..2 {
             if conn.is_none() {
-                *conn = Some(Operator::connect(&xpreempt_ipc::default_socket())?);
+                // Inside an application: a stopped or overloaded daemon fails the call at once
+                // (-1, "did not answer within 100 ms") instead of holding the caller.
+                *conn = Some(Operator::connect_within(
+                    &xpreempt_ipc::default_socket(),
+                    xpreempt_ipc::msg::Role::Operator,
+                    "libxpreempt",
+                    xpreempt_ipc::operator::APPLICATION_TIMEOUT,
+                )?);
             }
             let Some(op) = conn.as_mut() else { continue };
             match f(op) {
