@@ -153,6 +153,8 @@ class Env:
         env = dict(self.env)
         if self.spec.get("be_client_priority") and job["role"] == "BE":
             env["CUDA_MPS_CLIENT_PRIORITY"] = self.spec["be_client_priority"]
+        if self.spec.get("be_thread_percentage") and job["role"] == "BE":
+            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = self.spec["be_thread_percentage"]
         return env
 
     def prefix(self, job):

@@ -43,7 +43,10 @@ WORKLOADS = {
 
 # Modes: how the jobs of a run share the GPU. `mps`: a private MPS control daemon of the runner's;
 # `xp`: a private `xpreempt daemon` ("plain" or "mps" = `xpreempt daemon --mps`) and every job under
-# `xpreempt run --priority P`; `be_client_priority`: CUDA_MPS_CLIENT_PRIORITY of the BE jobs.
+# `xpreempt run --priority P`; `be_client_priority`: CUDA_MPS_CLIENT_PRIORITY of the BE jobs;
+# `be_thread_percentage`: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of the BE jobs (the SMs they may use).
+# A mode with `variant_of` runs, where it is asked for with --modes, on every scenario that has
+# the mode it varies.
 MODES = {
     "alone": {},
     "native": {},
@@ -52,6 +55,9 @@ MODES = {
     "xp": {"xp": "plain"},
     "xp_mps": {"xp": "mps"},
     "xp_lv1": {"xp": "plain", "run_args": ["--level", "1"]},
+    "mps_prio_be50": {"mps": True, "be_client_priority": "1", "be_thread_percentage": "50",
+                      "variant_of": "mps_prio"},
+    "xp_mps_be50": {"xp": "mps", "be_thread_percentage": "50", "variant_of": "xp_mps"},
 }
 DEFAULT_MODES = ["native", "mps", "mps_prio", "xp", "xp_mps"]
 ROLES = ("LC", "BE")
@@ -222,15 +228,22 @@ def alone_jobs(scenarios):
     return list(seen.values())
 
 
+def runs_mode(scenario, mode):
+    """Whether `scenario` runs `mode`: one of its modes, or a variant of one."""
+    return mode in scenario["modes"] or MODES[mode].get("variant_of") in scenario["modes"]
+
+
 def plan(scenarios, rounds, modes=None):
     """Runs in order: every round holds every mode of every scenario, plus each distinct job
     alone. Within a round, runs are grouped by mode (one MPS or xpreempt daemon per group), and the
     order of the groups rotates from round to round so that no mode always runs first or last;
     round 1 starts with the alone runs, which calibrate the arrival rates the others reuse."""
     order = ["alone"] + [m for m in MODES if m != "alone"]
-    used = [m for m in order if m == "alone" or any(m in s["modes"] for s in scenarios)]
+    used = [m for m in order if m == "alone" or any(runs_mode(s, m) for s in scenarios)]
     if modes:
         used = [m for m in used if m == "alone" or m in modes]
+    else:
+        used = [m for m in used if not MODES[m].get("variant_of")]
     runs = []
     for r in range(1, rounds + 1):
         k = (r - 1) % len(used)
@@ -240,7 +253,7 @@ def plan(scenarios, rounds, modes=None):
                     runs.append({"round": r, "mode": "alone", "scenario": "alone", "jobs": [j], "id": f"r{r}-alone-{j['key']}"})
                 continue
             for s in scenarios:
-                if mode in s["modes"]:
+                if runs_mode(s, mode):
                     runs.append({"round": r, "mode": mode, "scenario": s["name"], "jobs": s["jobs"],
                                  "id": f"r{r}-{s['name']}-{mode}"})
     return runs
