@@ -149,6 +149,13 @@ impl Gpu {
         self.take_slots(false, |busy, p, want| !busy || p < want);
     }
 
+    /// An HQD of a queue that went idle goes to a busy waiter at once ([`Gpu::make_room`]).
+    pub(crate) fn hand_over_idle(&mut self) {
+        if self.waiting.iter().any(|&w| self.has_work(w as usize)) {
+            self.make_room();
+        }
+    }
+
     /// Work in the ring or saved waves: what makes a queue worth an HQD.
     pub(crate) fn has_work(&self, qi: usize) -> bool {
         let q = &self.queues[qi];

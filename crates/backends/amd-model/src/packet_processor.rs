@@ -330,6 +330,12 @@ impl Gpu {
             self.complete_dispatch(qi, pos);
         }
         self.drain_progress(qi);
+        // A mapped queue that just ran out of work hands its HQD to a busy waiter now, not at
+        // the next quantum: with many queues allowed at once (equals run together) every slot
+        // can be busy when a waiter rings, and the slots free up only afterwards.
+        if self.queues[qi].state == MqdState::Mapped && !self.has_work(qi) {
+            self.hand_over_idle();
+        }
     }
 
     /// Decrements the completion signal and retires completed packets at the read id.
