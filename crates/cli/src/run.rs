@@ -27,17 +27,6 @@ pub struct Args {
     /// Most commands a stream keeps in flight [default: the shim's, by priority].
     #[arg(long)]
     pub window: Option<u32>,
-    /// How long a stream whose work all completed still counts as busy, in µs: a program that
-    /// launches in bursts with CPU gaps between them (eager PyTorch) then holds lower queues
-    /// stopped across its gaps instead of letting them run and stopping them again at each one.
-    /// [default: the shim's]
-    #[arg(long)]
-    pub idle_linger_us: Option<u64>,
-    /// How long after a launch returned a stream whose work all completed still counts as busy,
-    /// in µs (0: off): a burst whose first kernel completes before the next launch then does not
-    /// let lower queues run in between. [default: 0]
-    #[arg(long)]
-    pub burst_gap_us: Option<u64>,
     /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock,
     /// else /run/xpreempt/xpreempt.sock].
     #[arg(long)]
@@ -144,12 +133,6 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Plan {
     }
     if let Some(w) = args.window {
         env.push(("XPREEMPT_WINDOW", w.to_string().into()));
-    }
-    if let Some(us) = args.idle_linger_us {
-        env.push(("XPREEMPT_IDLE_LINGER_US", us.to_string().into()));
-    }
-    if let Some(us) = args.burst_gap_us {
-        env.push(("XPREEMPT_BURST_GAP_US", us.to_string().into()));
     }
     Plan { env, notes }
 }
@@ -263,18 +246,12 @@ mod tests {
         assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), None);
         assert_eq!(get(&p, "CUDA_MPS_CLIENT_PRIORITY"), None);
         assert!(p.notes[0].contains("no daemon"), "{:?}", p.notes);
-        assert_eq!(get(&p, "XPREEMPT_IDLE_LINGER_US"), None);
-        assert_eq!(get(&p, "XPREEMPT_BURST_GAP_US"), None);
         let a = args(&[
             "--level",
             "2",
             "--pass-through",
             "--window",
             "4",
-            "--idle-linger-us",
-            "250",
-            "--burst-gap-us",
-            "0",
             "--",
             "x",
         ]);
@@ -282,8 +259,6 @@ mod tests {
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("2"));
         assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), Some("1"));
         assert_eq!(get(&p, "XPREEMPT_WINDOW"), Some("4"));
-        assert_eq!(get(&p, "XPREEMPT_IDLE_LINGER_US"), Some("250"));
-        assert_eq!(get(&p, "XPREEMPT_BURST_GAP_US"), Some("0"));
     }
 
     #[test]

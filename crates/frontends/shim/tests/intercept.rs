@@ -123,8 +123,7 @@ fn launches_go_through_the_queues_in_order_with_their_own_arguments() {
     check_order(&on);
 
     // Random suspensions: some launches wait in the buffer and leave from another thread (the
-    // completion watcher; with feeding on submission, the default, the application's thread
-    // launches from the buffer too, so odd seeds turn that off).
+    // completion watcher; the application's thread launches from the buffer too).
     let mut deferred = 0;
     for seed in 1..=4 {
         let r = run(
@@ -135,10 +134,6 @@ fn launches_go_through_the_queues_in_order_with_their_own_arguments() {
                 ("XPREEMPT_INTERCEPT", "1"),
                 ("XPREEMPT_CHAOS", &format!("{seed}:50")),
                 ("XPREEMPT_WINDOW", "2"),
-                (
-                    "XPREEMPT_FEED_ON_SUBMIT",
-                    if seed % 2 == 1 { "0" } else { "1" },
-                ),
             ],
         );
         assert_eq!(r.printed, 50);

@@ -61,7 +61,7 @@ macro_rules! forward {
         forward!(@wrap $name($($a),*) before streams::before_direct($s as Handle, $p), after ());
     };
     ($name:ident($($a:ident),*) teardown) => {
-        forward!(@wrap $name($($a),*) before { streams::forget_all(); priority::forget_all() },
+        forward!(@wrap $name($($a),*) before { streams::forget_all() },
             after launch::forget_layouts());
     };
     ($name:ident($($a:ident),*) unload) => {

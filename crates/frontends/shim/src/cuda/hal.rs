@@ -14,7 +14,7 @@ use xpreempt_types::{Command, Launched, Level, Op, Seq};
 
 /// How often the completion watcher looks at a sync event it waits for.
 pub(super) fn poll_nap() -> std::time::Duration {
-    std::time::Duration::from_micros(super::settings::settings().poll_us)
+    std::time::Duration::from_micros(super::settings::POLL_US)
 }
 
 /// The queue's completion watcher naps for `poll_nap()` (and for the core's quiet period) between

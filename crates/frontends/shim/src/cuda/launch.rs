@@ -4,7 +4,6 @@
 use super::driver::{self, CUresult, Handle, SUCCESS};
 use super::hal::{CuError, Deferred, GuardValues, submitting};
 use super::real::Real;
-use super::settings::settings;
 use super::streams::{self, StreamQueue};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -207,8 +206,10 @@ fn submit_kernel(
 }
 
 fn submit_deferred(q: &StreamQueue, d: Deferred) -> CUresult {
-    if settings().feed_on_submit && q.may_hold() {
-        // Not as the submission: these launches are the buffer's, not the application's call.
+    if q.may_hold() {
+        // Refilled here as well as by the completion watcher: a backlogged stream's window is
+        // fed on the application's thread before its submission queues behind it. Not as the
+        // submission: these launches are the buffer's, not the application's call.
         q.xq.refill();
     }
     let cmd = Command::kernel(d).with_props(CommandProps::new(false, false, false));
@@ -538,15 +539,7 @@ pub unsafe fn graph(
         // SAFETY: forwarding.
         return observed(stream, ptsz, unsafe { real_fn(exec, stream) });
     };
-    let (exec, stream, legacy, ctx) = (exec as usize, stream as usize, q.legacy, q.ctx);
-    submit(&q, move || {
-        // SAFETY: forwarding the launch as made, or to another stream of the same context,
-        // which may launch any graph of it.
-        let launch = |s: Handle| unsafe { real_fn(exec as Handle, s) };
-        if legacy {
-            super::priority::launch_graph(ctx, stream as Handle, launch)
-        } else {
-            launch(stream as Handle)
-        }
-    })
+    let (exec, stream) = (exec as usize, stream as usize);
+    // SAFETY: forwarding the launch as made.
+    submit(&q, move || unsafe { real_fn(exec as Handle, stream as Handle) })
 }

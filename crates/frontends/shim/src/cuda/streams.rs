@@ -297,13 +297,7 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
     };
     let (threshold, batch) = s.window();
     let config = match QueueConfig::new(threshold, batch, s.level) {
-        Ok(c) => {
-            let c = c.with_idle_linger(s.idle_linger_us.saturating_mul(1_000));
-            match s.burst_gap_us {
-                Some(us) => c.with_burst_gap(us.saturating_mul(1_000)),
-                None => c,
-            }
-        }
+        Ok(c) => c,
         Err(e) => {
             shim_log!("queue settings: {e}; stream passes through");
             return None;

@@ -161,19 +161,6 @@ pub fn chaos(seed: u64) -> Config {
     )
 }
 
-/// Random suspensions with a small window that only the completion watcher refills
-/// (`XPREEMPT_FEED_ON_SUBMIT=0`; by default submissions refill it too).
-pub fn watcher_fed(seed: u64) -> Config {
-    intercepting(
-        format!("watcher-fed{seed}"),
-        &[
-            ("XPREEMPT_WINDOW", "2".into()),
-            ("XPREEMPT_FEED_ON_SUBMIT", "0".into()),
-            ("XPREEMPT_CHAOS", format!("{seed}:200")),
-        ],
-    )
-}
-
 /// The same at Lv2 (`XPREEMPT_LEVEL=2`): guard-built kernels are stopped and relaunched.
 pub fn lv2(mut c: Config) -> Config {
     c.name = format!("{}-lv2", c.name);
@@ -225,7 +212,6 @@ impl Proc {
             .env_remove("XPREEMPT_INTERCEPT")
             .env_remove("XPREEMPT_CHAOS")
             .env_remove("XPREEMPT_WINDOW")
-            .env_remove("XPREEMPT_FEED_ON_SUBMIT")
             .env_remove("XPREEMPT_PRIORITY")
             .env_remove("XPREEMPT_PASS_THROUGH")
             .stdin(Stdio::piped())
@@ -362,8 +348,7 @@ pub fn run(scenario: &str, config: &Config) -> Outcome {
 }
 
 /// Runs a scenario natively, in pass-through mode, with the shim's defaults, with a window of
-/// one, under random suspensions, and so with the window refilled by the watcher alone, applying
-/// `check` to each; under the window of one, launches must have been buffered.
+/// one and under random suspensions, applying `check` to each; under the window of one, launches must have been buffered.
 pub fn everywhere(scenario: &str, check: impl Fn(&Outcome)) {
     let configs = [
         native(),
@@ -373,7 +358,7 @@ pub fn everywhere(scenario: &str, check: impl Fn(&Outcome)) {
         chaos(1),
         chaos(2),
         chaos(3),
-        watcher_fed(4),
+        chaos(4),
     ];
     for config in &configs {
         let o = run(scenario, config);
