@@ -23,9 +23,6 @@ echo "== bench-daemon (CPU)"
 for n in 2 8 64; do
   timeout 60 $XP --json bench-daemon --clients $n --samples 2000 --idle-secs 1 --out $R/bench-daemon-c$n.json > /dev/null || echo "FAILED: bench-daemon $n"
 done
-for n in 2 64; do
-  timeout 60 $XP --json bench-daemon --clients $n --samples 1000 --idle-secs 1 --no-fast-path --agent-hot-us 0 --out $R/bench-daemon-c$n-nofast.json > /dev/null || echo "FAILED: bench-daemon $n nofast"
-done
 for f in $R/bench-daemon-*.json; do echo "$f"; cat $f; echo; done
 
 echo "== MPS"
@@ -36,9 +33,6 @@ trap 'echo quit | nvidia-cuda-mps-control; finish' EXIT
 S=lc-alone,lc-alone-daemon,be-alone,xp-mps-2proc,xp-daemon-mps-2proc,xp-lv2-1proc,xp-sched-lv2-1proc
 lcbe mps --scenarios $S --secs $SECS --label mps --out $R/lcbe-mps.json
 lcbe mps-persistent --scenarios $S --secs $SECS --persistent --label mps --out $R/lcbe-mps-persistent.json
-# The daemon path without the fast path (every suspension waits for xpreemptd), for comparison.
-XPREEMPT_NO_FAST_PATH=1 lcbe mps-nofast --scenarios xp-daemon-mps-2proc --secs $SECS --label mps-nofast --out $R/lcbe-mps-nofast.json
-XPREEMPT_NO_FAST_PATH=1 lcbe mps-nofast-persistent --scenarios xp-daemon-mps-2proc --secs $SECS --persistent --label mps-nofast --out $R/lcbe-mps-nofast-persistent.json
 echo quit | nvidia-cuda-mps-control; sleep 1; trap finish EXIT
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 

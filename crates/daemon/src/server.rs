@@ -41,11 +41,6 @@ pub struct Config {
     pub policy: PolicySpec,
     /// How long an agent may stay silent while it has work before the watchdog acts.
     pub watchdog: Duration,
-    /// How long a fast-path thread spins on its doorbell before it sleeps in the kernel.
-    pub spin: Duration,
-    /// Agents of one user share a board on which a queue that gets work stops the queues it
-    /// preempts at once, before the daemon decides (see `xpreempt_ipc::board`).
-    pub fast_path: bool,
     /// Prometheus text exposition on this (loopback) address.
     pub metrics: Option<SocketAddr>,
     /// Start and own an MPS control daemon with its pipe and log directories here.
@@ -60,8 +55,6 @@ impl Config {
             socket_group: None,
             policy: PolicySpec::Rust("hpf".into()),
             watchdog: Duration::from_millis(500),
-            spin: Duration::from_micros(50),
-            fast_path: true,
             metrics: None,
             mps: None,
         }
@@ -156,7 +149,7 @@ fn scheduler_factory(spec: &PolicySpec) -> Result<SchedulerFactory, DaemonError>
 impl Daemon {
     /// Binds the socket and starts serving.
     pub fn start(config: Config) -> Result<Self, DaemonError> {
-        let mut state = State::new(scheduler_factory(&config.policy)?, config.fast_path);
+        let mut state = State::new(scheduler_factory(&config.policy)?);
         if matches!(config.policy, PolicySpec::Bpf { .. }) {
             // The program's maps exist from the start, so that an operator can configure them
             // before the first process comes; other devices open with their first queue.
@@ -517,11 +510,16 @@ fn hello(stream: &mut UnixStream, cred: Cred) -> Result<(Role, String), Hello> {
     }
 }
 
+/// How long a fast-path thread spins on its doorbell before it sleeps in the kernel. The daemon
+/// is its own process, never the application's; 50 µs met the decision-latency goals on the
+/// 16-core H100 host and ten times longer bought nothing for up to 1.6 cores
+/// (bench/results/2026-11-23-h100-session9.md, section 2).
+const SPIN: Duration = Duration::from_micros(50);
+
 /// Sleeps on the agent's doorbell and decides on every state change it rings for.
 fn fast_path(shared: &Shared, id: u64, segment: &Segment, alive: &AtomicBool) {
     let bell = &segment.header().to_daemon;
     let mut seen = bell.value();
-    let spin = shared.config.spin;
     let mut rung = false;
     while alive.load(Ordering::SeqCst) {
         let mut st = shared.lock();
@@ -535,7 +533,7 @@ fn fast_path(shared: &Shared, id: u64, segment: &Segment, alive: &AtomicBool) {
         if after.is_some() && (before.is_none() || after < before) {
             shared.ticker.notify_all();
         }
-        let now = bell.wait(seen, spin, Duration::from_millis(100));
+        let now = bell.wait(seen, SPIN, Duration::from_millis(100));
         rung = now != seen;
         seen = now;
     }

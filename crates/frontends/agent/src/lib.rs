@@ -13,8 +13,8 @@
 //! preempts, which stop them at once; going idle, it clears the bit and they resume if the
 //! daemon's suspension was only for it. The daemon writes who preempts whom and confirms. While
 //! one of its queues has work and a higher queue exists, the control thread spins on its bell
-//! (for `XPREEMPT_AGENT_HOT_US` after the last such preemption) instead of sleeping, so that the
-//! stop costs no wake-up.
+//! (for 50 ms after the last such preemption) instead of sleeping, so that the stop costs no
+//! wake-up.
 
 mod control;
 mod sink;
@@ -155,25 +155,23 @@ pub struct Options {
     /// The policy of the local scheduler used while no daemon answers.
     pub local_policy: String,
     pub name: String,
-    /// How long the control thread spins on its doorbell before sleeping
-    /// (`XPREEMPT_AGENT_SPIN_US`, default 20 µs): longer answers the daemon sooner and costs CPU.
+    /// How long the control thread spins on its doorbell before sleeping, when nothing makes
+    /// it hot (default: not at all; spinning agents changed nothing measurable,
+    /// bench/results/2026-11-23-h100-session5.md, run 8). For benchmarks.
     pub spin: Duration,
     /// While a queue of this process has work and a higher queue of its user exists, the
     /// control thread spins on its bell instead of sleeping, for this long after the last
-    /// preemption it saw (`XPREEMPT_AGENT_HOT_US`, default 50 ms; 0: never): a higher queue's
-    /// submission then stops this one without a wake-up, at the cost of a core while both are
-    /// busy.
+    /// preemption it saw (and so does local mode's preemption thread; default
+    /// [`DEFAULT_HOT`], 0: never): a higher queue's submission then stops this one without a
+    /// wake-up, at the cost of a core while both are busy. Measured: without it the LC's p99 gap
+    /// to the bench-only controller was +183.8 µs against +77.3 time-sliced and +87.9 against
+    /// +50.7 under MPS (bench/results/2026-11-24-h100-session20.md, call 11); in global mode the
+    /// fast path with it decided in 1.3 µs p50 against 34.9 without
+    /// (bench/results/2026-11-23-h100-global-mode-fast-path.md). For benchmarks and tests.
     pub hot: Duration,
 }
 
-fn env_us(name: &str, default: u64) -> Duration {
-    Duration::from_micros(
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default),
-    )
-}
+pub use xpreempt_core::sched::DEFAULT_HOT;
 
 impl Default for Options {
     fn default() -> Self {
@@ -188,8 +186,8 @@ impl Default for Options {
                         .map(|n| n.to_string_lossy().into_owned())
                 })
                 .unwrap_or_else(|| "process".into()),
-            spin: env_us("XPREEMPT_AGENT_SPIN_US", 20),
-            hot: env_us("XPREEMPT_AGENT_HOT_US", 50_000),
+            spin: Duration::ZERO,
+            hot: DEFAULT_HOT,
         }
     }
 }
