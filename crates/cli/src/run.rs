@@ -21,7 +21,9 @@ pub struct Args {
     /// [default: 1 when the daemon owns MPS, else 3]
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     pub level: Option<u8>,
-    /// Launches go straight to the driver; xpreempt only observes and preempts with Lv3.
+    /// Launches go straight to the driver; xpreempt only observes and preempts with Lv3 (the
+    /// process's timeslice), so it takes no --level and no daemon that owns MPS, where the
+    /// process has no timeslice of its own.
     #[arg(long)]
     pub pass_through: bool,
     /// Most commands a stream keeps in flight [default: the shim's, by priority].
@@ -76,7 +78,7 @@ pub fn find_scheduler(socket: &Path) -> Scheduler {
     }
 }
 
-pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Plan {
+pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Result<Plan> {
     let mut env = Vec::new();
     let mut notes = Vec::new();
     let mut preload = OsString::from(shim);
@@ -104,6 +106,24 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Plan {
             None
         }
     };
+    if args.pass_through {
+        if let Some(l) = args.level.filter(|&l| l < 3) {
+            bail!(
+                "--pass-through launches every kernel straight to the driver, so only level 3 (the \
+                 process's timeslice) can preempt it; --level {l} would do nothing. Leave out \
+                 --level, or leave out --pass-through to gate launches (level 1) and stop guarded \
+                 kernels (level 2)"
+            );
+        }
+        if let Some(pipe) = &mps_pipe {
+            bail!(
+                "--pass-through cannot preempt over the daemon's MPS ({pipe}): MPS clients run in \
+                 the MPS server's channel groups, so the program has no timeslice of its own (level \
+                 3), and pass-through holds nothing back. Leave out --pass-through (launch gating \
+                 and stream priorities work over MPS), or run it beside a daemon without --mps"
+            );
+        }
+    }
     let level = match (args.level, &mps_pipe) {
         (Some(l), _) => l,
         (None, Some(_)) => 1,
@@ -134,7 +154,7 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Plan {
     if let Some(w) = args.window {
         env.push(("XPREEMPT_WINDOW", w.to_string().into()));
     }
-    Plan { env, notes }
+    Ok(Plan { env, notes })
 }
 
 /// The shim: `--shim`/`$XPREEMPT_SHIM`, else `libxpreempt_shim.so` beside this binary.
@@ -163,7 +183,7 @@ pub fn run(args: &Args) -> Result<()> {
         .clone()
         .unwrap_or_else(xpreempt_ipc::default_socket);
     let scheduler = find_scheduler(&socket);
-    let plan = plan(args, &shim, &scheduler);
+    let plan = plan(args, &shim, &scheduler)?;
     if !args.quiet {
         for n in &plan.notes {
             eprintln!("xpreempt run: {n}");
@@ -222,7 +242,7 @@ mod tests {
             socket: "/s".into(),
             mps_pipe: Some("/s.mps/pipe".into()),
         };
-        let p = plan(&a, Path::new("/lib/shim.so"), &mps);
+        let p = plan(&a, Path::new("/lib/shim.so"), &mps).unwrap();
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("1"));
         assert_eq!(get(&p, "XPREEMPT_PRIORITY"), Some("-3"));
         assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), Some("/s.mps/pipe"));
@@ -234,31 +254,55 @@ mod tests {
                 &args(&["--priority", "1", "--", "x"]),
                 Path::new("/s.so"),
                 &mps,
-            );
+            )
+            .unwrap();
             assert_eq!(get(&high, "CUDA_MPS_CLIENT_PRIORITY"), None);
         }
         let local = Scheduler::Local {
             socket: "/s".into(),
             why: "none".into(),
         };
-        let p = plan(&a, Path::new("/lib/shim.so"), &local);
+        let p = plan(&a, Path::new("/lib/shim.so"), &local).unwrap();
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("3"));
         assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), None);
         assert_eq!(get(&p, "CUDA_MPS_CLIENT_PRIORITY"), None);
         assert!(p.notes[0].contains("no daemon"), "{:?}", p.notes);
-        let a = args(&[
-            "--level",
-            "2",
-            "--pass-through",
-            "--window",
-            "4",
-            "--",
-            "x",
-        ]);
-        let p = plan(&a, Path::new("/lib/shim.so"), &mps);
+        let a = args(&["--level", "2", "--window", "4", "--", "x"]);
+        let p = plan(&a, Path::new("/lib/shim.so"), &mps).unwrap();
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("2"));
-        assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), Some("1"));
+        assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), None);
         assert_eq!(get(&p, "XPREEMPT_WINDOW"), Some("4"));
+        let a = args(&["--pass-through", "--", "x"]);
+        let p = plan(&a, Path::new("/lib/shim.so"), &local).unwrap();
+        assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("3"));
+        assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), Some("1"));
+    }
+
+    #[test]
+    fn pass_through_is_refused_where_it_could_not_preempt() {
+        let local = Scheduler::Local {
+            socket: "/s".into(),
+            why: "none".into(),
+        };
+        let mps = Scheduler::Daemon {
+            socket: "/s".into(),
+            mps_pipe: Some("/s.mps/pipe".into()),
+        };
+        let shim = Path::new("/lib/shim.so");
+        for level in ["1", "2"] {
+            let a = args(&["--pass-through", "--level", level, "--", "x"]);
+            let e = plan(&a, shim, &local).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("--level {level} would do nothing")),
+                "{e}"
+            );
+        }
+        let a = args(&["--pass-through", "--level", "3", "--", "x"]);
+        assert!(plan(&a, shim, &local).is_ok());
+        for line in [&["--pass-through", "--", "x"][..], &["--pass-through", "--level", "3", "--", "x"]] {
+            let e = plan(&args(line), shim, &mps).unwrap_err().to_string();
+            assert!(e.contains("cannot preempt over the daemon's MPS"), "{e}");
+        }
     }
 
     #[test]

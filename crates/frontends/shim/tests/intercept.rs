@@ -180,6 +180,29 @@ fn pass_through_forwards_every_launch_as_made_and_watches_the_stream() {
 }
 
 #[test]
+fn pass_through_watches_a_stream_that_only_copies() {
+    let dir = build_dir("pass-copies");
+    let (_, app) = build(&dir);
+    let r = run(
+        &dir,
+        &app,
+        "pass-copies",
+        &[
+            ("XPREEMPT_INTERCEPT", "1"),
+            ("XPREEMPT_PASS_THROUGH", "1"),
+            ("FAKE_APP_COPIES_ONLY", "1"),
+            ("FAKE_APP_LINGER_MS", "300"),
+        ],
+    );
+    let copies = r.log.iter().filter(|l| l.starts_with("copy s=10")).count();
+    assert_eq!(copies, 50, "every copy reached the driver: {:?}", r.log);
+    assert!(
+        r.log.iter().any(|l| l.starts_with("record s=10")),
+        "the observer recorded no event on the stream: its copies were not seen as work"
+    );
+}
+
+#[test]
 fn a_process_that_never_touches_cuda_is_unchanged() {
     let out = Command::new("sh")
         .args(["-c", "echo ok"])

@@ -60,6 +60,19 @@ macro_rules! forward {
     ($name:ident($($a:ident),*) stream $s:ident, ptsz $p:expr) => {
         forward!(@wrap $name($($a),*) before streams::before_direct($s as Handle, $p), after ());
     };
+    // An asynchronous copy: ordered as any direct call and, in pass-through mode, observed as
+    // work on its stream (`launch::observed`), as a launch is.
+    ($name:ident($($a:ident),*) copy $s:ident, ptsz $p:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
+            let real = real!($name);
+            super::exit_report::serving(stringify!($name));
+            let _ = std::panic::catch_unwind(|| streams::before_direct($s as Handle, $p));
+            super::exit_report::served();
+            let r = call_real!(real, $($a),*);
+            std::panic::catch_unwind(|| launch::observed($s as Handle, $p, r)).unwrap_or(r)
+        }
+    };
     ($name:ident($($a:ident),*) teardown) => {
         forward!(@wrap $name($($a),*) before { streams::forget_all() },
             after launch::forget_layouts());
@@ -104,18 +117,18 @@ queued!(cuMemsetD2D32Async(a, b, c, d, e, s) stream s, ptsz false);
 queued!(cuMemsetD2D32Async_ptsz(a, b, c, d, e, s) stream s, ptsz true);
 
 // ---- operations on a stream that go straight to the driver after what they follow ----
-forward!(cuMemcpyAsync(a, b, c, s) stream s, ptsz false);
-forward!(cuMemcpyAsync_ptsz(a, b, c, s) stream s, ptsz true);
-forward!(cuMemcpyHtoDAsync_v2(a, b, c, s) stream s, ptsz false);
-forward!(cuMemcpyHtoDAsync_v2_ptsz(a, b, c, s) stream s, ptsz true);
-forward!(cuMemcpyDtoHAsync_v2(a, b, c, s) stream s, ptsz false);
-forward!(cuMemcpyDtoHAsync_v2_ptsz(a, b, c, s) stream s, ptsz true);
-forward!(cuMemcpy2DAsync_v2(a, s) stream s, ptsz false);
-forward!(cuMemcpy2DAsync_v2_ptsz(a, s) stream s, ptsz true);
-forward!(cuMemcpy3DAsync_v2(a, s) stream s, ptsz false);
-forward!(cuMemcpy3DAsync_v2_ptsz(a, s) stream s, ptsz true);
-forward!(cuMemcpyPeerAsync(a, b, c, d, e, s) stream s, ptsz false);
-forward!(cuMemcpyPeerAsync_ptsz(a, b, c, d, e, s) stream s, ptsz true);
+forward!(cuMemcpyAsync(a, b, c, s) copy s, ptsz false);
+forward!(cuMemcpyAsync_ptsz(a, b, c, s) copy s, ptsz true);
+forward!(cuMemcpyHtoDAsync_v2(a, b, c, s) copy s, ptsz false);
+forward!(cuMemcpyHtoDAsync_v2_ptsz(a, b, c, s) copy s, ptsz true);
+forward!(cuMemcpyDtoHAsync_v2(a, b, c, s) copy s, ptsz false);
+forward!(cuMemcpyDtoHAsync_v2_ptsz(a, b, c, s) copy s, ptsz true);
+forward!(cuMemcpy2DAsync_v2(a, s) copy s, ptsz false);
+forward!(cuMemcpy2DAsync_v2_ptsz(a, s) copy s, ptsz true);
+forward!(cuMemcpy3DAsync_v2(a, s) copy s, ptsz false);
+forward!(cuMemcpy3DAsync_v2_ptsz(a, s) copy s, ptsz true);
+forward!(cuMemcpyPeerAsync(a, b, c, d, e, s) copy s, ptsz false);
+forward!(cuMemcpyPeerAsync_ptsz(a, b, c, d, e, s) copy s, ptsz true);
 forward!(cuLaunchHostFunc(s, b, c) stream s, ptsz false);
 forward!(cuLaunchHostFunc_ptsz(s, b, c) stream s, ptsz true);
 forward!(cuStreamAddCallback(s, b, c, d) stream s, ptsz false);

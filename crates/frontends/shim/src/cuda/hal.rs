@@ -166,8 +166,9 @@ unsafe impl Send for StreamHal {}
 unsafe impl Sync for StreamHal {}
 
 impl StreamHal {
-    /// `lv3`: interrupt by the process's timeslice; `lv2`: stop guard-built kernels (when not
-    /// `lv3`); `observe`: pass-through (markers only); `threshold`: the queue's window.
+    /// `lv3`: interrupt by the process's timeslice; `lv2`: stop guard-built kernels (also under
+    /// `lv3`: an interrupt stops them first); `observe`: pass-through (markers only, nothing to
+    /// stop but the process); `threshold`: the queue's window.
     pub fn new(
         ctx: Handle,
         stream: Handle,
@@ -181,7 +182,7 @@ impl StreamHal {
             stream,
             lv3,
             interrupted: AtomicBool::new(false),
-            lv2: lv2 && !lv3 && !observe,
+            lv2: lv2 && !observe,
             lv2_busy: AtomicBool::new(false),
             gate: StopGate::new(),
             ahead_target: OnceLock::new(),
@@ -431,26 +432,44 @@ impl HwQueue for StreamHal {
         self.lv2_reactivate(log)
     }
 
+    /// Lv3 adds to Lv2: guard-built kernels are stopped at their next block as at Lv2, and the
+    /// process's timeslice takes the GPU from whatever else it runs. Either stop alone is a stop
+    /// (`restore` undoes whichever was made); only when both fail does the suspension drain.
     fn interrupt(&self) -> Result<(), HalError> {
         if !self.lv3 {
             return Err(self.unsupported("interrupt", Level::Lv3));
         }
+        let flagged = match self.lv2.then(|| self.lv2_deactivate()) {
+            None => false,
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                shim_log!("interrupt: the Lv2 stop failed ({e}); the timeslice alone stops");
+                false
+            }
+        };
         if !self.interrupted.swap(true, Ordering::SeqCst)
             && let Err(e) = super::lv3::interrupt()
         {
             self.interrupted.store(false, Ordering::SeqCst);
-            return Err(backend("interrupt", e));
+            if !flagged {
+                return Err(backend("interrupt", e));
+            }
+            shim_log!("interrupt: the timeslice could not be lowered; the Lv2 stop alone holds");
         }
         Ok(())
     }
 
-    fn restore(&self, _log: &mut [Launched<Deferred>]) -> Result<(), HalError> {
-        // The timeslice only slowed the work down: nothing to relaunch.
+    fn restore(&self, log: &mut [Launched<Deferred>]) -> Result<(), HalError> {
+        // The timeslice only slowed the work down; guard-built kernels stopped by the flag are
+        // relaunched as at Lv2.
         if self.interrupted.swap(false, Ordering::SeqCst)
             && let Err(e) = super::lv3::restore()
         {
             self.interrupted.store(true, Ordering::SeqCst);
             return Err(backend("restore", e));
+        }
+        if self.lv2 {
+            self.lv2_reactivate(log)?;
         }
         Ok(())
     }

@@ -242,9 +242,9 @@ fn status_of(e: &xpreempt_core::HalError) -> CUresult {
     driver::ERROR_INVALID_VALUE
 }
 
-/// After a launch that went straight to the driver in pass-through mode: the stream's queue
-/// hears of it (see `observe`).
-fn observed(stream: Handle, ptsz: bool, status: CUresult) -> CUresult {
+/// After a launch, a set or a copy that went straight to the driver in pass-through mode: the
+/// stream's queue hears of it (see `observe`).
+pub(super) fn observed(stream: Handle, ptsz: bool, status: CUresult) -> CUresult {
     if status != SUCCESS || !streams::observing() || streams::capturing(stream) {
         return status;
     }
@@ -278,7 +278,7 @@ pub fn stream_op(
 ) -> CUresult {
     match route(intercept, stream, ptsz) {
         Some(q) => submit(&q, call),
-        None => call(),
+        None => observed(stream, ptsz, call()),
     }
 }
 

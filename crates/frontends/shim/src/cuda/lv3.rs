@@ -5,22 +5,34 @@
 //! slice. The setting is per process, so interrupted queues are counted.
 
 use super::driver::{CUresult, ERROR_NOT_FOUND};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// The slice while interrupted. Measured on Hopper: 1 µs against 1 s is strict priority.
 const INTERRUPTED_TIMESLICE_US: u64 = 1;
 
 static INTERRUPTED: Mutex<u32> = Mutex::new(0);
 
+/// A stand-in for the RM timeslice control (test machinery registers one; see `chaos`): it
+/// takes the slice and answers as `xpreempt_shim_set_timeslice` does.
+static STAND_IN: OnceLock<fn(u64) -> i64> = OnceLock::new();
+
+pub fn set_stand_in(set: fn(u64) -> i64) {
+    let _ = STAND_IN.set(set);
+}
+
 /// Whether Lv3 can act in this process: its contexts' channel groups are its own (not an MPS
 /// server's) and were seen being created.
 pub fn available() -> bool {
-    crate::rm::xpreempt_shim_channel_groups() > 0
+    STAND_IN.get().is_some() || crate::rm::xpreempt_shim_channel_groups() > 0
 }
 
 fn set(us: u64) -> Result<(), CUresult> {
     let _inside = super::fork_gate::enter();
-    match crate::rm::xpreempt_shim_set_timeslice(us) {
+    let r = match STAND_IN.get() {
+        Some(f) => f(us),
+        None => crate::rm::xpreempt_shim_set_timeslice(us),
+    };
+    match r {
         0 => Ok(()),
         r => {
             shim_log!("setting the process's timeslice to {us} us failed ({r})");

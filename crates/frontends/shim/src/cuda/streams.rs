@@ -144,7 +144,9 @@ extern "C" fn at_exit() {
     }
     // Whatever the scheduler holds back goes out before libcuda's own exit handlers run, and
     // the queues stop calling the driver before those handlers tear the contexts down.
-    super::chaos::stop();
+    if let Some(h) = TEST_HOOKS.get() {
+        (h.exiting)();
+    }
     for q in all() {
         q.wait_launched();
         log_queue(&q);
@@ -155,6 +157,20 @@ extern "C" fn at_exit() {
             shim_log!("{line}");
         }
     }
+}
+
+/// What test machinery (the `chaos` feature) does at the agent's start and at exit, registered
+/// by that machinery itself when the library loads: product code starts no test thread.
+pub struct TestHooks {
+    pub agent_started: fn(),
+    /// Before the queues drain at exit: whatever the machinery holds is let go.
+    pub exiting: fn(),
+}
+
+static TEST_HOOKS: OnceLock<TestHooks> = OnceLock::new();
+
+pub fn set_test_hooks(hooks: TestHooks) {
+    let _ = TEST_HOOKS.set(hooks);
 }
 
 fn agent(s: &Settings) -> Option<&'static Agent> {
@@ -177,8 +193,12 @@ fn agent(s: &Settings) -> Option<&'static Agent> {
                 ..Options::default()
             }) {
                 Ok(a) => {
-                    if s.chaos.is_some() {
-                        super::chaos::start(s);
+                    match TEST_HOOKS.get() {
+                        Some(h) => (h.agent_started)(),
+                        None if s.chaos.is_some() => shim_log!(
+                            "XPREEMPT_CHAOS is set, but this shim was built without the `chaos` feature: no random suspensions"
+                        ),
+                        None => {}
                     }
                     Some(a)
                 }
@@ -312,6 +332,9 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
     };
     let lv3 = s.level == Level::Lv3 && super::lv3::available();
     let lv2 = s.level >= Level::Lv2;
+    if s.pass_through && !lv3 {
+        say_once_pass_through_cannot_preempt(s.level);
+    }
     let hal = StreamHal::new(ctx, hal_stream, lv3, lv2, s.pass_through, threshold);
     match agent.queue(decl, config, hal) {
         Ok(xq) => Some(Arc::new(StreamQueue {
@@ -325,6 +348,25 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
             shim_log!("registering a stream: {e}; it passes through");
             None
         }
+    }
+}
+
+/// Pass-through holds nothing back, so only Lv3 preempts it: without Lv3 its queues are
+/// observed and never stopped, which the user is told once, whatever the log level.
+fn say_once_pass_through_cannot_preempt(level: Level) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    if level < Level::Lv3 {
+        shim_log!(
+            "pass-through at level {}: only level 3 (the process's timeslice) can preempt a program whose launches go straight to the driver; its streams are observed, never stopped",
+            level as u8
+        );
+    } else {
+        shim_log!(
+            "pass-through without level 3 (no channel group of this process was seen: under MPS, or on an unmeasured driver): its streams are observed, never stopped"
+        );
     }
 }
 

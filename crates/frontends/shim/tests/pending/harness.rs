@@ -168,6 +168,15 @@ pub fn lv2(mut c: Config) -> Config {
     c
 }
 
+/// The same at Lv3 (`XPREEMPT_LEVEL=3`) with the test machinery's stand-in for the process's
+/// timeslice (`XPREEMPT_TEST_LV3=1`), so that Lv3 is available without a GPU.
+pub fn lv3(mut c: Config) -> Config {
+    c.name = format!("{}-lv3", c.name);
+    c.env.push(("XPREEMPT_LEVEL".into(), "3".into()));
+    c.env.push(("XPREEMPT_TEST_LV3".into(), "1".into()));
+    c
+}
+
 /// The same at logical priority `p` (`XPREEMPT_PRIORITY`).
 pub fn at_priority(mut c: Config, p: i32) -> Config {
     c.name = format!("{}-p{p}", c.name);
