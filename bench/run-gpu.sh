@@ -6,7 +6,9 @@
 #
 # Producing .carry/ on the build machine, from the repository root (test binaries get a hashed
 # name, which cargo prints as "Executable ... (path)"):
-#   cargo build --release -p xpreempt-cli -p xpreempt-shim
+#   cargo build --release -p xpreempt-cli -p xpreempt-shim --features xpreempt-shim/chaos
+# (the chaos feature: the conformance and fork-chaos steps inject random suspensions, test
+# machinery that a product shim leaves out; it does nothing unless XPREEMPT_CHAOS is set)
 #   mkdir -p .carry && cp target/release/xpreempt target/release/libxpreempt_shim.so bench/run-gpu.sh .carry/
 #   exe() { sed -n 's/^ *Executable .*(\(.*\))$/\1/p'; }
 #   cp "$(cargo test --release -p xpreempt-bench --test gpu --no-run 2>&1 | exe)" .carry/gpu-tests

@@ -5,7 +5,8 @@
 # conformance suite (tests/cuda-apps) natively and under the shim.
 #
 # Build here (no Rust on the GPU machine), then run with the device tool, carry [".carry"]:
-#   cargo build --release -p xpreempt-cli -p xpreempt-shim -p xpreempt-daemon
+#   cargo build --release -p xpreempt-cli -p xpreempt-shim -p xpreempt-daemon --features xpreempt-shim/chaos
+#   (chaos: the torch and apps steps inject random suspensions, test machinery)
 #   mkdir -p .carry && cp target/release/{xpreempt,xpreemptd,libxpreempt_shim.so} .carry/ && strip --strip-debug .carry/*
 #   STEPS="overhead torch apps kill" bash bench/run-intercept.sh
 # (overhead: ROUNDS=N rounds, MODES="native lc be lv3 pass", PIN=CPUS to pin with taskset)
