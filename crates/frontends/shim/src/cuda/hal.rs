@@ -158,6 +158,14 @@ pub struct StreamHal {
     /// Pass-through: the application's launches go straight to the driver and the queue's
     /// commands are markers that only report activity (see `observe`).
     pub(super) observer: Option<super::observe::Observer>,
+    /// A per-thread default stream: its handle means the stream of whichever thread uses it, so
+    /// only its own thread calls the driver on it. A command is a marker that lets that thread
+    /// make its call, which then records the sync event behind it (`owner_recorded`); this
+    /// queue's other threads record nothing on the stream and wait for those events.
+    owner_only: bool,
+    /// The owner's event re-recorded after each of its calls in pass-through mode, which the
+    /// observer waits for instead of recording one itself.
+    pub(super) owner_mark: Mutex<Option<usize>>,
 }
 
 // SAFETY: the context and stream handles are plain driver handles, valid from any thread.
@@ -168,13 +176,15 @@ unsafe impl Sync for StreamHal {}
 impl StreamHal {
     /// `lv3`: interrupt by the process's timeslice; `lv2`: stop guard-built kernels (also under
     /// `lv3`: an interrupt stops them first); `observe`: pass-through (markers only, nothing to
-    /// stop but the process); `threshold`: the queue's window.
+    /// stop but the process); `owner_only`: a per-thread default stream (no Lv2: a stopped
+    /// kernel could be relaunched only by its own thread); `threshold`: the queue's window.
     pub fn new(
         ctx: Handle,
         stream: Handle,
         lv3: bool,
         lv2: bool,
         observe: bool,
+        owner_only: bool,
         threshold: u32,
     ) -> Self {
         Self {
@@ -182,7 +192,7 @@ impl StreamHal {
             stream,
             lv3,
             interrupted: AtomicBool::new(false),
-            lv2: lv2 && !observe,
+            lv2: lv2 && !observe && !owner_only,
             lv2_busy: AtomicBool::new(false),
             gate: StopGate::new(),
             ahead_target: OnceLock::new(),
@@ -191,6 +201,8 @@ impl StreamHal {
             pollers: AtomicU32::new(0),
             launch_times: Default::default(),
             observer: observe.then(super::observe::Observer::default),
+            owner_only,
+            owner_mark: Mutex::new(None),
             state: Mutex::new(State {
                 sync: VecDeque::new(),
                 free: Vec::new(),
@@ -231,6 +243,45 @@ impl StreamHal {
     /// Whether the queue stops guard-built kernels (Lv2).
     pub fn lv2(&self) -> bool {
         self.lv2
+    }
+
+    /// On a per-thread stream's own thread, after its call that marker `seq` let go: the sync
+    /// event behind the call, which completes the marker.
+    pub fn owner_recorded(&self, seq: Seq) {
+        let _ctx = CtxGuard::enter(self.ctx);
+        let mut g = self.lock();
+        if let Err(e) = self.record(&mut g, seq + 1) {
+            shim_log!("per-thread stream: no sync event after a call ({e}); its queue waits");
+        }
+    }
+
+    /// On a per-thread stream's own thread in pass-through mode, after a call: the observer's
+    /// event is recorded behind it.
+    pub fn owner_marked(&self) {
+        let mut mark = self.owner_mark.lock().unwrap_or_else(|p| p.into_inner());
+        if self.is_gone() {
+            return;
+        }
+        let ev = match *mark {
+            Some(ev) => ev as Handle,
+            None => match driver::new_event() {
+                Ok(ev) => {
+                    *mark = Some(ev as usize);
+                    ev
+                }
+                Err(e) => {
+                    shim_log!("per-thread stream: no event to observe it (CUDA error {e})");
+                    return;
+                }
+            },
+        };
+        let _ctx = CtxGuard::enter(self.ctx);
+        driver::cuEventRecord(ev, self.stream);
+    }
+
+    /// Whether the stream is a per-thread default stream (see `owner_only`).
+    pub fn owner_only(&self) -> bool {
+        self.owner_only
     }
 
     /// Takes the error of a launch from the pending buffer, if one failed.
@@ -280,6 +331,14 @@ impl StreamHal {
         }
         let _ctx = CtxGuard::enter(self.ctx);
         self.lv2_release(&mut g);
+        if let Some(ev) = self
+            .owner_mark
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            driver::cuEventDestroy_v2(ev as Handle);
+        }
         for (_, ev) in std::mem::take(&mut g.sync) {
             driver::cuEventDestroy_v2(ev);
         }
@@ -378,7 +437,10 @@ impl StreamHal {
             o.release_hold();
             return Ok(());
         }
-        if sync_point && let Err(e) = self.record(&mut g, seq + 1) {
+        if sync_point
+            && !self.owner_only
+            && let Err(e) = self.record(&mut g, seq + 1)
+        {
             // The command is on the stream: a later record_sync covers its completion.
             shim_log!("sync point after a launch: {e}");
         }
@@ -489,7 +551,9 @@ impl HwQueue for StreamHal {
     }
 
     fn record_sync(&self) -> Result<(), HalError> {
-        if self.observer.is_some() {
+        if self.observer.is_some() || self.owner_only {
+            // Markers: their completion is proven by `synchronize`; a per-thread stream's
+            // events come from its own thread.
             return Ok(());
         }
         let mut g = self.lock();
@@ -560,6 +624,13 @@ impl HwQueue for StreamHal {
                 }
                 let (m, ev) = match g.sync.iter().find(|&&(m, _)| m >= upto) {
                     Some(&found) => found,
+                    None if self.owner_only => {
+                        // The stream's own thread records behind its call, just after the
+                        // marker let it go.
+                        drop(g);
+                        std::thread::sleep(poll_nap());
+                        continue;
+                    }
                     None => {
                         let tail = g.launched;
                         (tail, self.record(&mut g, tail)?)
@@ -604,8 +675,13 @@ impl Drop for StreamHal {
             // Retired: its events were destroyed then, or left to the process's end.
             return;
         }
+        let mark = self
+            .owner_mark
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         let g = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        if g.sync.is_empty() && g.free.is_empty() {
+        if g.sync.is_empty() && g.free.is_empty() && mark.is_none() {
             return;
         }
         // Destroyed without waiting (the driver frees an event once its record completes): a
@@ -616,6 +692,9 @@ impl Drop for StreamHal {
         }
         for &ev in &g.free {
             driver::cuEventDestroy_v2(ev);
+        }
+        if let Some(ev) = mark {
+            driver::cuEventDestroy_v2(ev as Handle);
         }
     }
 }

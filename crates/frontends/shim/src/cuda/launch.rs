@@ -206,6 +206,9 @@ fn submit_kernel(
 }
 
 fn submit_deferred(q: &StreamQueue, d: Deferred) -> CUresult {
+    if q.per_thread {
+        return owner_launch(q, d);
+    }
     if q.may_hold() {
         // Refilled here as well as by the completion watcher: a backlogged stream's window is
         // fed on the application's thread before its submission queues behind it. Not as the
@@ -229,6 +232,34 @@ fn submit_deferred(q: &StreamQueue, d: Deferred) -> CUresult {
             driver::ERROR_NOT_READY
         }
     }
+}
+
+/// A call on a per-thread default stream, which only its own thread can make: the queue gets a
+/// marker, the call waits (on this thread) until the marker has left the queue, as a buffered
+/// command would, then goes to the driver from here with the sync event that completes the
+/// marker behind it. A suspended queue so launches nothing new, and nothing of the call is kept
+/// for later.
+fn owner_launch(q: &StreamQueue, mut d: Deferred) -> CUresult {
+    let marker = Command::kernel(Deferred::new(|| SUCCESS))
+        .with_props(CommandProps::new(false, false, false));
+    QUEUED.fetch_add(1, Ordering::Relaxed);
+    crate::rm::hooks::note_launch(xpreempt_core::OpKind::Kernel as u32);
+    let (r, launched) = submitting(|| q.xq.submit_with_retry(marker, Duration::from_secs(3600)));
+    let seq = match r {
+        Ok(seq) => seq,
+        Err(TrySubmitError::Launch(e)) => return status_of(&e.source),
+        Err(TrySubmitError::Busy(..)) => {
+            shim_log!("admission refused for an hour; launch dropped");
+            return driver::ERROR_NOT_READY;
+        }
+    };
+    if !launched {
+        BUFFERED.fetch_add(1, Ordering::Relaxed);
+        q.wait_launched();
+    }
+    let status = d.call(None);
+    q.xq.hal().owner_recorded(seq);
+    status
 }
 
 fn status_of(e: &xpreempt_core::HalError) -> CUresult {
@@ -255,6 +286,9 @@ pub(super) fn observed(stream: Handle, ptsz: bool, status: CUresult) -> CUresult
     let Some(o) = &hal.observer else {
         return status;
     };
+    if q.per_thread {
+        hal.owner_marked();
+    }
     if o.note_real_launch() {
         let marker = Command::kernel(Deferred::new(|| SUCCESS))
             .with_props(CommandProps::new(false, false, false));
@@ -541,5 +575,7 @@ pub unsafe fn graph(
     };
     let (exec, stream) = (exec as usize, stream as usize);
     // SAFETY: forwarding the launch as made.
-    submit(&q, move || unsafe { real_fn(exec as Handle, stream as Handle) })
+    submit(&q, move || unsafe {
+        real_fn(exec as Handle, stream as Handle)
+    })
 }

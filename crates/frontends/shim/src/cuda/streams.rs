@@ -22,6 +22,10 @@ pub struct StreamQueue {
     pub ctx: usize,
     pub legacy: bool,
     pub non_blocking: bool,
+    /// A thread's per-thread default stream: only its own thread can name it, so its commands
+    /// reach the driver from that thread alone (`launch::owner_launch`): a launch waits while
+    /// the queue is suspended instead of leaving the call buffered.
+    pub per_thread: bool,
     /// The queue may hold buffered commands: only such queues are waited for on behalf of
     /// other streams, so a launch does not visit every queue of the process.
     held: AtomicBool,
@@ -65,10 +69,11 @@ fn log_queue(q: &StreamQueue) {
     if !crate::log::log_enabled() {
         return;
     }
-    let kind = match (q.legacy, q.non_blocking) {
-        (true, _) => "legacy",
-        (false, false) => "blocking",
-        (false, true) => "non-blocking",
+    let kind = match (q.legacy, q.per_thread, q.non_blocking) {
+        (true, ..) => "legacy",
+        (_, true, _) => "per-thread",
+        (_, _, false) => "blocking",
+        (_, _, true) => "non-blocking",
     };
     let st = Preemptible::stats(&*q.xq);
     shim_log!(
@@ -81,7 +86,8 @@ fn log_queue(q: &StreamQueue) {
     );
 }
 
-/// Key: (0, stream) for a created stream, (ctx, STREAM_LEGACY) for a context's legacy stream.
+/// Key: (0, stream) for a created stream, (ctx, STREAM_LEGACY) for a context's legacy stream,
+/// (ctx, !thread id) for a thread's per-thread default stream in that context.
 type Key = (usize, usize);
 
 /// `None`: the stream passes through (its queue could not be made).
@@ -212,20 +218,33 @@ fn agent(s: &Settings) -> Option<&'static Agent> {
         .as_ref()
 }
 
-/// Whether `stream` (as the application passed it) is a per-thread default stream, which the
-/// shim passes through: only the application's own thread can name it.
+/// Whether `stream` (as the application passed it) is the calling thread's per-thread default
+/// stream.
 pub fn is_per_thread(stream: Handle, ptsz: bool) -> bool {
     let s = stream as usize;
     s == STREAM_PER_THREAD || (ptsz && s == 0)
 }
 
-fn key(stream: Handle) -> (Key, bool, usize) {
+/// Which stream a call names.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Created,
+    Legacy,
+    PerThread,
+}
+
+fn key(stream: Handle, ptsz: bool) -> (Key, Kind, usize) {
     let s = stream as usize;
-    if s == 0 || s == STREAM_LEGACY {
+    if is_per_thread(stream, ptsz) {
         let ctx = driver::current_ctx() as usize;
-        ((ctx, STREAM_LEGACY), true, ctx)
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as usize;
+        ((ctx, !tid), Kind::PerThread, ctx)
+    } else if s == 0 || s == STREAM_LEGACY {
+        let ctx = driver::current_ctx() as usize;
+        ((ctx, STREAM_LEGACY), Kind::Legacy, ctx)
     } else {
-        ((0, s), false, 0)
+        ((0, s), Kind::Created, 0)
     }
 }
 
@@ -241,10 +260,10 @@ thread_local! {
 
 /// The queue of a stream, made on first use; `None` to pass through.
 pub fn queue(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
-    if !enabled() || is_per_thread(stream, ptsz) {
+    if !enabled() {
         return None;
     }
-    let (k, legacy, ctx) = key(stream);
+    let (k, kind, ctx) = key(stream, ptsz);
     let generation = GENERATION.load(Ordering::SeqCst);
     let cached = LAST.with(|l| {
         l.borrow()
@@ -255,18 +274,21 @@ pub fn queue(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
     if cached.is_some() {
         return cached;
     }
-    let found = lookup(k, legacy, ctx, stream);
+    let found = lookup(k, kind, ctx, stream);
     if let Some(q) = &found {
         LAST.with(|l| *l.borrow_mut() = Some((k, generation, Arc::downgrade(q))));
     }
     found
 }
 
-fn lookup(k: Key, legacy: bool, ctx: usize, stream: Handle) -> Option<Arc<StreamQueue>> {
+fn lookup(k: Key, kind: Kind, ctx: usize, stream: Handle) -> Option<Arc<StreamQueue>> {
     if let Some(found) = queues().as_ref().and_then(|m| m.get(&k)) {
         return found.clone();
     }
-    let made = make(stream, legacy, ctx);
+    let made = make(stream, kind, ctx);
+    if kind == Kind::PerThread && made.is_some() {
+        forget_at_thread_exit(k);
+    }
     let (kept, lost) = {
         let mut g = queues();
         let slot = g.get_or_insert_with(HashMap::new).entry(k);
@@ -284,19 +306,21 @@ fn lookup(k: Key, legacy: bool, ctx: usize, stream: Handle) -> Option<Arc<Stream
 
 /// The queue of a stream if it has one already.
 pub fn existing(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
+    // A per-thread stream's queue holds no call back from the driver (its own thread makes
+    // them, `launch::owner_launch`): nothing to wait for.
     if !active() || is_per_thread(stream, ptsz) {
         return None;
     }
-    let (k, _, _) = key(stream);
+    let (k, _, _) = key(stream, ptsz);
     queues().as_ref().and_then(|m| m.get(&k).cloned().flatten())
 }
 
-fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
+fn make(stream: Handle, kind: Kind, ctx: usize) -> Option<Arc<StreamQueue>> {
     let s = settings();
     let agent = agent(s)?;
     let mut ctx = ctx as Handle;
     let mut flags = 0u32;
-    if !legacy
+    if kind == Kind::Created
         && (driver::cuStreamGetCtx(stream, &mut ctx) != SUCCESS
             || driver::cuStreamGetFlags(stream, &mut flags) != SUCCESS)
     {
@@ -310,10 +334,10 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
         let _g = CtxGuard::enter(ctx);
         driver::cuCtxGetDevice(&mut device);
     }
-    let hal_stream = if legacy {
-        STREAM_LEGACY as Handle
-    } else {
-        stream
+    let hal_stream = match kind {
+        Kind::Legacy => STREAM_LEGACY as Handle,
+        Kind::PerThread => STREAM_PER_THREAD as Handle,
+        Kind::Created => stream,
     };
     let (threshold, batch) = s.window();
     let config = match QueueConfig::new(threshold, batch, s.level) {
@@ -335,13 +359,23 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
     if s.pass_through && !lv3 {
         say_once_pass_through_cannot_preempt(s.level);
     }
-    let hal = StreamHal::new(ctx, hal_stream, lv3, lv2, s.pass_through, threshold);
+    let per_thread = kind == Kind::PerThread;
+    let hal = StreamHal::new(
+        ctx,
+        hal_stream,
+        lv3,
+        lv2,
+        s.pass_through,
+        per_thread,
+        threshold,
+    );
     match agent.queue(decl, config, hal) {
         Ok(xq) => Some(Arc::new(StreamQueue {
             xq,
             ctx: ctx as usize,
-            legacy,
+            legacy: kind == Kind::Legacy,
             non_blocking: flags & STREAM_NON_BLOCKING != 0,
+            per_thread,
             held: AtomicBool::new(false),
         })),
         Err(e) => {
@@ -375,7 +409,30 @@ pub fn forget(stream: Handle) {
     if !enabled() {
         return;
     }
-    let (k, _, _) = key(stream);
+    let (k, _, _) = key(stream, false);
+    forget_key(k);
+}
+
+/// A thread's per-thread streams go with it: their queues leave at its exit (a TLS
+/// destructor; the process's own exit retires whatever is left).
+fn forget_at_thread_exit(k: Key) {
+    struct Leaving(RefCell<Vec<Key>>);
+    impl Drop for Leaving {
+        fn drop(&mut self) {
+            if enabled() {
+                for k in self.0.take() {
+                    forget_key(k);
+                }
+            }
+        }
+    }
+    thread_local! {
+        static LEAVING: Leaving = const { Leaving(RefCell::new(Vec::new())) };
+    }
+    let _ = LEAVING.try_with(|l| l.0.borrow_mut().push(k));
+}
+
+fn forget_key(k: Key) {
     let gone = queues().as_mut().and_then(|m| m.remove(&k)).flatten();
     GENERATION.fetch_add(1, Ordering::SeqCst);
     if let Some(q) = gone {
