@@ -299,7 +299,10 @@ mod tests {
         }
         let a = args(&["--pass-through", "--level", "3", "--", "x"]);
         assert!(plan(&a, shim, &local).is_ok());
-        for line in [&["--pass-through", "--", "x"][..], &["--pass-through", "--level", "3", "--", "x"]] {
+        for line in [
+            &["--pass-through", "--", "x"][..],
+            &["--pass-through", "--level", "3", "--", "x"],
+        ] {
             let e = plan(&args(line), shim, &mps).unwrap_err().to_string();
             assert!(e.contains("cannot preempt over the daemon's MPS"), "{e}");
         }

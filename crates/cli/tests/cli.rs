@@ -114,4 +114,3 @@ fn bench_request_runs_every_path_of_the_product() {
         local["be_stop_us"]["p50"].as_f64().unwrap() < local["request_us"]["p50"].as_f64().unwrap()
     );
 }
-

@@ -54,7 +54,10 @@ pub fn check_driver(version_text: Option<&str>, force: bool) -> Result<String, D
 
 /// [`check_driver`] on the loaded driver, with the override from the environment.
 pub fn check_loaded_driver() -> Result<String, DriverError> {
-    check_driver(std::fs::read_to_string(VERSION_FILE).ok().as_deref(), forced())
+    check_driver(
+        std::fs::read_to_string(VERSION_FILE).ok().as_deref(),
+        forced(),
+    )
 }
 
 /// Whether [`FORCE_VAR`] is set to 1.
@@ -88,16 +91,23 @@ mod tests {
 
     #[test]
     fn only_measured_drivers_pass_unless_forced() {
-        let v = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build";
+        let v =
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build";
         assert_eq!(check_driver(Some(v), false).as_deref(), Ok("580.159.04"));
         let patch = v.replace("580.159.04", "580.159.11");
-        assert_eq!(check_driver(Some(&patch), false).as_deref(), Ok("580.159.11"));
+        assert_eq!(
+            check_driver(Some(&patch), false).as_deref(),
+            Ok("580.159.11")
+        );
         let other = v.replace("580.159.04", "590.1.2");
         let why = check_driver(Some(&other), false).unwrap_err();
         assert_eq!(why, DriverError::Untested("590.1.2".into()));
         assert!(why.to_string().contains(FORCE_VAR), "{why}");
         assert_eq!(check_driver(Some(&other), true).as_deref(), Ok("590.1.2"));
         assert_eq!(check_driver(None, false), Err(DriverError::NoVersion));
-        assert_eq!(check_driver(Some("garbage"), true), Err(DriverError::NoVersion));
+        assert_eq!(
+            check_driver(Some("garbage"), true),
+            Err(DriverError::NoVersion)
+        );
     }
 }

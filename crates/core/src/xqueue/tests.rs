@@ -105,10 +105,7 @@ fn idle_is_reported_even_when_suspend_or_resume_saw_the_last_completion() {
     dev.advance_to(300);
     q.suspend(&hal, 300).unwrap();
     q.resume(&hal, 300).unwrap();
-    assert_eq!(
-        q.take_report(),
-        Some(QueueReport::Idle { generation: 4 })
-    );
+    assert_eq!(q.take_report(), Some(QueueReport::Idle { generation: 4 }));
     assert_eq!(q.transitions(), 4, "ready, idle, ready, idle");
 }
 

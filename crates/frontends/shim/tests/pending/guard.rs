@@ -169,7 +169,11 @@ fn level_three_keeps_stopping_guarded_kernels_between_blocks() {
         assert_each_block_once(&o, &ids);
         o.log.assert_in_order(&order);
         let [guarded, re, _, low] = all_counters(&o);
-        assert!(guarded > 0, "{}: no guarded kernel got its guard values", o.label);
+        assert!(
+            guarded > 0,
+            "{}: no guarded kernel got its guard values",
+            o.label
+        );
         lowered += low;
         relaunched += re;
         stopped_midway += ids
@@ -177,7 +181,10 @@ fn level_three_keeps_stopping_guarded_kernels_between_blocks() {
             .map(|&(id, _)| o.log.guarded.get(&id).map_or(0, |r| r.stopped_midway))
             .sum::<usize>();
     }
-    assert!(lowered > 0, "no suspension lowered the timeslice: Lv3 was not used");
+    assert!(
+        lowered > 0,
+        "no suspension lowered the timeslice: Lv3 was not used"
+    );
     assert!(
         stopped_midway > 0 && relaunched > 0,
         "at level 3 no guarded kernel was stopped between its blocks ({stopped_midway} stopped, \
