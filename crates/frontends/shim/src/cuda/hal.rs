@@ -1,9 +1,13 @@
-//! The HAL under an intercepted stream: a command is a deferred driver call on the
-//! application's own stream; completion is tracked with events recorded at sync points (Lv1).
-//! Lv2 (guard-built kernels stopped by a flag and relaunched) is `lv2.rs`; Lv3 (the process's
-//! timeslice) `lv3.rs`.
+//! The HAL under an intercepted stream (`stream.rs` holds what it is made of): Lv1 launches
+//! deferred driver calls and watches sync events; Lv2 (guard-built kernels stopped by a flag and
+//! relaunched) is `lv2.rs`; pass-through's markers `observe.rs`; Lv3 (the process's timeslice)
+//! `lv3.rs`, which adds to Lv2.
 
-use super::driver::{self, CUresult, CtxGuard, Handle, SUCCESS};
+use super::driver::{self, CtxGuard, Handle, SUCCESS};
+use super::stream::{
+    CuError, Deferred, Lv2State, Observer, State, StreamHal, backend, is_submitting, note_launched,
+    poll_nap,
+};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
@@ -11,11 +15,6 @@ use std::sync::{Mutex, OnceLock};
 use xpreempt_hal::stop_gate::StopGate;
 use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, Launched, Level, Op, Seq};
-
-/// How often the completion watcher looks at a sync event it waits for.
-pub(super) fn poll_nap() -> std::time::Duration {
-    std::time::Duration::from_micros(super::settings::POLL_US)
-}
 
 /// The queue's completion watcher naps for `poll_nap()` (and for the core's quiet period) between
 /// looks; Linux's default timer slack (50 µs) would stretch every nap to about 70 µs and so
@@ -36,142 +35,6 @@ fn precise_naps() {
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64) };
     }
 }
-
-/// The three guard parameters of a guard-built kernel (`XP_GUARD_PARAMS`): the flag's device
-/// address, the completion slot's, and the epoch.
-pub type GuardValues = [u64; 3];
-
-type Call = Box<dyn FnMut(Option<&GuardValues>) -> CUresult + Send>;
-
-/// A driver call held until the queue may run; it returns the driver's status. A guarded
-/// kernel's launch stays callable (with its guard values) for relaunches after a stop.
-pub struct Deferred {
-    call: Option<Call>,
-    /// Built with the guard header and recognized as such, at Lv2: its launches get guard values.
-    guarded: bool,
-    /// Its blocks (one completion word each).
-    pub(super) units: u32,
-    /// Completion slot and epoch, assigned at its first launch when it can be stopped.
-    pub(super) slot: Option<(u32, u32)>,
-}
-
-impl Deferred {
-    pub fn new(call: impl FnOnce() -> CUresult + Send + 'static) -> Self {
-        let mut once = Some(call);
-        Self {
-            call: Some(Box::new(move |_| once.take().map_or(SUCCESS, |c| c()))),
-            guarded: false,
-            units: 0,
-            slot: None,
-        }
-    }
-
-    /// A guarded kernel's launch of `units` blocks; `call` writes the guard values into its
-    /// argument copy, then launches.
-    pub fn guarded(
-        units: u32,
-        call: impl FnMut(Option<&GuardValues>) -> CUresult + Send + 'static,
-    ) -> Self {
-        Self {
-            call: Some(Box::new(call)),
-            guarded: true,
-            units,
-            slot: None,
-        }
-    }
-
-    /// Makes the driver call (again, for a relaunch); a call already made and dropped is a
-    /// success.
-    pub(super) fn call(&mut self, guard: Option<&GuardValues>) -> CUresult {
-        self.call.as_mut().map_or(SUCCESS, |c| {
-            let _inside = super::fork_gate::enter();
-            c(guard)
-        })
-    }
-}
-
-/// A driver status as an error with a source.
-#[derive(Debug, thiserror::Error)]
-#[error("CUDA error {0}")]
-pub struct CuError(pub CUresult);
-
-thread_local! {
-    /// Set while the application's own thread submits: a launch that fails then is refused so
-    /// the application gets the driver's status from its call, as natively.
-    static SUBMITTING: Cell<bool> = const { Cell::new(false) };
-    /// Whether the submission in progress reached the driver (rather than the buffer).
-    static LAUNCHED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs `f` as the application's submission (see `SUBMITTING`); also says whether the command
-/// went to the driver during it.
-pub fn submitting<T>(f: impl FnOnce() -> T) -> (T, bool) {
-    SUBMITTING.with(|s| s.set(true));
-    LAUNCHED.with(|l| l.set(false));
-    let r = f();
-    SUBMITTING.with(|s| s.set(false));
-    (r, LAUNCHED.with(Cell::get))
-}
-
-pub(super) struct State {
-    pub(super) sync: VecDeque<(Seq, Handle)>,
-    pub(super) free: Vec<Handle>,
-    pub(super) completed: Seq,
-    pub(super) launched: Seq,
-    /// The first error of a launch made after the application's call returned (from the
-    /// pending buffer); reported by the next synchronize or query of the stream.
-    sticky: CUresult,
-    /// The stream or its context is gone: the queue's events are released and everything
-    /// launched counts as completed, so no thread calls the driver for this queue again.
-    pub(super) retired: bool,
-    pub(super) lv2: super::lv2::Lv2State,
-}
-
-// SAFETY: the handles are driver objects usable from any thread (with the context made current).
-unsafe impl Send for State {}
-
-pub struct StreamHal {
-    pub(super) ctx: Handle,
-    pub(super) stream: Handle,
-    state: Mutex<State>,
-    /// Lv3 (the process's timeslice) is available to this queue.
-    lv3: bool,
-    /// Interrupted at Lv3 and not restored yet.
-    interrupted: AtomicBool,
-    /// Lv2 (guard-built kernels stopped by the flag) is this queue's level.
-    lv2: bool,
-    /// The flag is set or a guarded kernel is in flight (`lv2.rs`).
-    pub(super) lv2_busy: AtomicBool,
-    /// Open while a stop ahead may set the flag without the lock (`lv2.rs`).
-    pub(super) gate: StopGate,
-    /// The flag's address and the control stream, once made: what a stop ahead writes with.
-    pub(super) ahead_target: OnceLock<(u64, usize)>,
-    /// Set by `retire`: threads polling an event outside the lock stop, so that its events can
-    /// be destroyed under nobody's feet.
-    gone: AtomicBool,
-    /// Where the application's thread last launched on this stream (`xpreempt_hal::placement`).
-    launcher_cpu: AtomicI32,
-    /// Threads polling one of the queue's events outside the lock.
-    pollers: AtomicU32,
-    /// For the exit report (`exit_report`).
-    pub(super) launch_times: super::exit_report::LaunchTimes,
-    /// Pass-through: the application's launches go straight to the driver and the queue's
-    /// commands are markers that only report activity (see `observe`).
-    pub(super) observer: Option<super::observe::Observer>,
-    /// A per-thread default stream: its handle means the stream of whichever thread uses it, so
-    /// only its own thread calls the driver on it. A command is a marker that lets that thread
-    /// make its call, which then records the sync event behind it (`owner_recorded`); this
-    /// queue's other threads record nothing on the stream and wait for those events.
-    owner_only: bool,
-    /// The owner's event re-recorded after each of its calls in pass-through mode, which the
-    /// observer waits for instead of recording one itself.
-    pub(super) owner_mark: Mutex<Option<usize>>,
-}
-
-// SAFETY: the context and stream handles are plain driver handles, valid from any thread.
-unsafe impl Send for StreamHal {}
-// SAFETY: as above; the mutable state is behind the mutex.
-unsafe impl Sync for StreamHal {}
 
 impl StreamHal {
     /// `lv3`: interrupt by the process's timeslice; `lv2`: stop guard-built kernels (also under
@@ -200,7 +63,7 @@ impl StreamHal {
             launcher_cpu: AtomicI32::new(-1),
             pollers: AtomicU32::new(0),
             launch_times: Default::default(),
-            observer: observe.then(super::observe::Observer::default),
+            observer: observe.then(Observer::default),
             owner_only,
             owner_mark: Mutex::new(None),
             state: Mutex::new(State {
@@ -210,83 +73,9 @@ impl StreamHal {
                 launched: 0,
                 sticky: SUCCESS,
                 retired: false,
-                lv2: super::lv2::Lv2State::new(threshold),
+                lv2: Lv2State::new(threshold),
             }),
         }
-    }
-
-    /// The application's launch holds the state during its driver call; the watcher never
-    /// sleeps on it, so that the launch never has a sleeper to wake.
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        xpreempt_core::xqueue::threaded::lock_quietly(&self.state)
-    }
-
-    /// A thread starts polling one of the queue's events outside the lock (call with it held).
-    pub(super) fn begin_poll(&self) {
-        self.pollers.fetch_add(1, Ordering::SeqCst);
-    }
-
-    pub(super) fn end_poll(&self) {
-        self.pollers.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// `retire` has begun: pollers stop.
-    pub(super) fn is_gone(&self) -> bool {
-        self.gone.load(Ordering::SeqCst)
-    }
-
-    /// Whether the queue is interrupted through the process's timeslice (Lv3).
-    pub fn lv3(&self) -> bool {
-        self.lv3
-    }
-
-    /// Whether the queue stops guard-built kernels (Lv2).
-    pub fn lv2(&self) -> bool {
-        self.lv2
-    }
-
-    /// On a per-thread stream's own thread, after its call that marker `seq` let go: the sync
-    /// event behind the call, which completes the marker.
-    pub fn owner_recorded(&self, seq: Seq) {
-        let _ctx = CtxGuard::enter(self.ctx);
-        let mut g = self.lock();
-        if let Err(e) = self.record(&mut g, seq + 1) {
-            shim_log!("per-thread stream: no sync event after a call ({e}); its queue waits");
-        }
-    }
-
-    /// On a per-thread stream's own thread in pass-through mode, after a call: the observer's
-    /// event is recorded behind it.
-    pub fn owner_marked(&self) {
-        let mut mark = self.owner_mark.lock().unwrap_or_else(|p| p.into_inner());
-        if self.is_gone() {
-            return;
-        }
-        let ev = match *mark {
-            Some(ev) => ev as Handle,
-            None => match driver::new_event() {
-                Ok(ev) => {
-                    *mark = Some(ev as usize);
-                    ev
-                }
-                Err(e) => {
-                    shim_log!("per-thread stream: no event to observe it (CUDA error {e})");
-                    return;
-                }
-            },
-        };
-        let _ctx = CtxGuard::enter(self.ctx);
-        driver::cuEventRecord(ev, self.stream);
-    }
-
-    /// Whether the stream is a per-thread default stream (see `owner_only`).
-    pub fn owner_only(&self) -> bool {
-        self.owner_only
-    }
-
-    /// Takes the error of a launch from the pending buffer, if one failed.
-    pub fn take_sticky(&self) -> CUresult {
-        std::mem::replace(&mut self.lock().sticky, SUCCESS)
     }
 
     /// Before the stream or its context goes away: releases the queue's events (a record still
@@ -347,27 +136,6 @@ impl StreamHal {
         }
     }
 
-    pub(super) fn record(&self, g: &mut State, watermark: Seq) -> Result<Handle, HalError> {
-        if g.retired {
-            g.completed = g.completed.max(watermark);
-            return Err(HalError::WouldBlock("the stream is gone"));
-        }
-        let ev = match g.free.pop() {
-            Some(ev) => ev,
-            None => driver::new_event().map_err(|e| backend("cuEventCreate", e))?,
-        };
-        match driver::cuEventRecord(ev, self.stream) {
-            SUCCESS => {
-                g.sync.push_back((watermark, ev));
-                Ok(ev)
-            }
-            e => {
-                g.free.push(ev);
-                Err(backend("cuEventRecord", e))
-            }
-        }
-    }
-
     /// Event `ev`, recorded for watermark `m` in Lv2 generation `generation`, has completed: so
     /// have those recorded before it, unless a flagged stop came since (the event then fired
     /// behind stopped kernels, or was recorded again).
@@ -411,12 +179,12 @@ impl StreamHal {
             // Never relaunched: the arguments go now.
             d.call = None;
         }
-        if SUBMITTING.with(Cell::get) {
+        if is_submitting() {
             xpreempt_hal::placement::note_launcher(&self.launcher_cpu);
-            LAUNCHED.with(|l| l.set(true));
+            note_launched();
         }
         if status != SUCCESS {
-            if SUBMITTING.with(Cell::get) {
+            if is_submitting() {
                 return Err(backend("launch", status));
             }
             // From the pending buffer: retrying a call the driver refused cannot help; it counts
@@ -445,13 +213,6 @@ impl StreamHal {
             shim_log!("sync point after a launch: {e}");
         }
         Ok(())
-    }
-}
-
-pub(super) fn backend(op: &'static str, e: CUresult) -> HalError {
-    HalError::Backend {
-        op,
-        source: std::sync::Arc::new(CuError(e)),
     }
 }
 
@@ -545,7 +306,7 @@ impl HwQueue for StreamHal {
         let started = super::exit_report::LaunchTimes::start();
         let r = self.launch_timed(seq, command, sync_point);
         if let Some(t0) = started {
-            self.launch_times.done(t0, SUBMITTING.with(Cell::get));
+            self.launch_times.done(t0, is_submitting());
         }
         r
     }

@@ -2,8 +2,8 @@
 //! so that a buffered launch does not depend on memory the application reuses after the call.
 
 use super::driver::{self, CUresult, Handle, SUCCESS};
-use super::hal::{CuError, Deferred, GuardValues, submitting};
 use super::real::Real;
+use super::stream::{CuError, Deferred, GuardValues, submitting};
 use super::streams::{self, StreamQueue};
 use std::collections::HashMap;
 use std::ffi::c_void;

@@ -16,6 +16,7 @@ static INTERRUPTED: Mutex<u32> = Mutex::new(0);
 /// takes the slice and answers as `xpreempt_shim_set_timeslice` does.
 static STAND_IN: OnceLock<fn(u64) -> i64> = OnceLock::new();
 
+#[cfg(feature = "chaos")]
 pub fn set_stand_in(set: fn(u64) -> i64) {
     let _ = STAND_IN.set(set);
 }

@@ -3,7 +3,7 @@
 //!
 //! - [`resolve`]: `dlsym` and `cuGetProcAddress` hand out the shim's wrappers;
 //! - [`exports`]: the wrappers, under libcuda's names;
-//! - [`launch`]: kernel and graph launches become XQueue commands ([`hal`]);
+//! - [`launch`]: kernel and graph launches become XQueue commands ([`hal`], made of [`stream`]);
 //! - [`streams`]: a stream's queue, and the ordering rules every other call follows;
 //! - [`observe`]: pass-through mode, where queues only observe; [`lv2`]: guard-built kernels
 //!   stopped by a flag and relaunched ([`guard`] recognizes them); [`lv3`]: the process's timeslice;
@@ -28,4 +28,5 @@ mod priority;
 pub mod real;
 mod resolve;
 pub mod settings;
+pub mod stream;
 pub mod streams;

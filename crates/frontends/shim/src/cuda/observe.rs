@@ -16,17 +16,10 @@
 //! interrupted at once ("held") and restored when the marker leaves the buffer.
 
 use super::driver::{self, CtxGuard, SUCCESS};
-use super::hal::{StreamHal, backend, poll_nap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use super::stream::{Observer, StreamHal, backend, poll_nap};
+use std::sync::atomic::Ordering;
 use xpreempt_hal::HalError;
 use xpreempt_types::Seq;
-
-#[derive(Default)]
-pub struct Observer {
-    real_launches: AtomicU64,
-    armed: AtomicBool,
-    held: AtomicBool,
-}
 
 impl Observer {
     /// The application's launch went to the driver: whether the queue must hear of it now.

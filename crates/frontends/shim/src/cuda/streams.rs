@@ -7,8 +7,8 @@
 use super::driver::{
     self, CtxGuard, Handle, STREAM_LEGACY, STREAM_NON_BLOCKING, STREAM_PER_THREAD, SUCCESS,
 };
-use super::hal::StreamHal;
 use super::settings::{Settings, settings};
+use super::stream::StreamHal;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -51,7 +51,7 @@ impl StreamQueue {
         // Kernels stopped at Lv2 are launched again only by the resume; meanwhile nothing may
         // follow them on the device.
         while !self.xq.hal().admit_direct() {
-            std::thread::sleep(super::hal::poll_nap());
+            std::thread::sleep(super::stream::poll_nap());
             self.xq.wait_launched();
         }
         // Cleared before looking again: a command another thread buffers meanwhile (it marks
@@ -576,7 +576,7 @@ pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)
             if let Some(generation) = q.xq.hal().admit_sync() {
                 break generation;
             }
-            std::thread::sleep(super::hal::poll_nap());
+            std::thread::sleep(super::stream::poll_nap());
         };
         super::exit_report::done(started, std::panic::Location::caller());
         generation
