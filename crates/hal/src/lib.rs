@@ -138,16 +138,6 @@ pub trait HwQueue {
         true
     }
 
-    /// Called on a completion watcher's thread as it ends, after it let go of the queue and
-    /// before the thread's own teardown (thread-local destructors, a driver library's among
-    /// them). A backend whose library must not see a thread tear down across a fork (libcuda)
-    /// holds forks off from here.
-    fn watcher_ending()
-    where
-        Self: Sized,
-    {
-    }
-
     // ---- Lv2 ----
 
     /// Starts a Lv2 stop of the in-flight work at once, from any thread, concurrently with any

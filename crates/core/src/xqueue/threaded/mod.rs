@@ -11,7 +11,7 @@ use super::{QueueOpError, SubmitError, XQueue};
 use crate::sched::{QueueControl, QueueReport};
 use crate::stats::QueueStats;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use xpreempt_hal::{HalError, HwQueue};
@@ -109,6 +109,17 @@ struct Inner<H: HwQueue> {
     sink: Option<EventSink>,
 }
 
+/// What the process does on a completion watcher's thread as it ends, after it let go of its
+/// queue and before the thread's own teardown (thread-local destructors, a driver library's
+/// among them): a front end whose process must not fork while a thread tears down inside the
+/// driver (the CUDA shim) holds forks off from here. Set once per process.
+static WATCHER_ENDING: OnceLock<fn()> = OnceLock::new();
+
+/// Sets [`WATCHER_ENDING`]'s hook; `false` if one was set already.
+pub fn on_watcher_ending(hook: fn()) -> bool {
+    WATCHER_ENDING.set(hook).is_ok()
+}
+
 pub struct SharedXQueue<H: HwQueue> {
     inner: Arc<Inner<H>>,
     id: QueueId,
@@ -152,7 +163,9 @@ where
             .spawn(move || {
                 watcher::watch(&watcher_inner, id);
                 drop(watcher_inner);
-                H::watcher_ending();
+                if let Some(hook) = WATCHER_ENDING.get() {
+                    hook();
+                }
             })
             .ok();
         if watcher.is_none() {

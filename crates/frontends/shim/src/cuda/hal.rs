@@ -233,10 +233,6 @@ impl HwQueue for StreamHal {
         !self.lv2 || self.lv2_settled()
     }
 
-    fn watcher_ending() {
-        super::fork_gate::thread_ending();
-    }
-
     fn stop_ahead(&self) -> bool {
         self.lv2 && self.lv2_stop_ahead()
     }

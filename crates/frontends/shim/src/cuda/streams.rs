@@ -184,6 +184,8 @@ fn agent(s: &Settings) -> Option<&'static Agent> {
         .get_or_init(|| {
             crate::crash::install();
             HOOKS.call_once(|| {
+                // A completion watcher that ends holds forks off until it is gone.
+                xpreempt_core::xqueue::threaded::on_watcher_ending(super::fork_gate::thread_ending);
                 // SAFETY: registering plain extern "C" functions without captured state.
                 unsafe {
                     libc::pthread_atfork(
