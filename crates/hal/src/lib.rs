@@ -9,19 +9,15 @@
 //! threads, so a backend keeps its own interior locking (or none, where its driver is
 //! thread-safe).
 
-#![deny(unsafe_code)] // `placement` alone makes system calls
+#![deny(unsafe_code)]
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 #[cfg(feature = "reference")]
 pub mod faulty;
-pub mod lv2;
-pub mod nvidia;
 pub mod observed;
-pub mod placement;
 #[cfg(feature = "reference")]
 pub mod reference;
-pub mod stop_gate;
 pub mod sync_events;
 
 pub use xpreempt_types::{Command, Launched, Level, Seq};

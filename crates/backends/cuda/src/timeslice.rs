@@ -4,9 +4,9 @@
 //! clear error and the queue falls back to Lv2/Lv1.
 
 use crate::error::{CudaError, Result};
+use crate::nvidia::{DriverError, check_loaded_driver};
 use std::ffi::{CStr, c_void};
 use thiserror::Error;
-use xpreempt_hal::nvidia::{DriverError, check_loaded_driver};
 /// What libcuda sets by itself (measured), restored after an interrupt.
 pub const DEFAULT_TIMESLICE_US: u64 = 2048;
 /// The smallest timeslice we ask for while interrupted.

@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
-use xpreempt_hal::stop_gate::StopGate;
+use xpreempt_cuda::stop_gate::StopGate;
 use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, Launched, Level, Op, Seq};
 
@@ -180,7 +180,7 @@ impl StreamHal {
             d.call = None;
         }
         if is_submitting() {
-            xpreempt_hal::placement::note_launcher(&self.launcher_cpu);
+            xpreempt_cuda::placement::note_launcher(&self.launcher_cpu);
             note_launched();
         }
         if status != SUCCESS {
@@ -354,7 +354,7 @@ impl HwQueue for StreamHal {
 
     fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
         precise_naps();
-        xpreempt_hal::placement::step_aside(&self.launcher_cpu);
+        xpreempt_cuda::placement::step_aside(&self.launcher_cpu);
         if let Some(o) = &self.observer {
             return o.synchronize(self, upto);
         }

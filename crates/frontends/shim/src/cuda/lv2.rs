@@ -1,6 +1,6 @@
 //! Lv2 for intercepted streams (`XPREEMPT_LEVEL=2`): block-level preemption of the application's
 //! guard-built kernels (`xpreempt_guard.cuh`, recognized by `guard`), with the rules of the CUDA
-//! backend's `CudaQueue` and its bookkeeping (`xpreempt_hal::lv2`).
+//! backend's `CudaQueue` and its bookkeeping (`xpreempt_cuda::flight`).
 //!
 //! Each queue gets, at its first guarded launch, a flag word and a completion array in device
 //! memory (through the shim's own libcuda table) and a control stream of the highest priority.
@@ -21,7 +21,7 @@
 //! buffer.
 //!
 //! A suspension sets the flag before it takes the queue's lock (`stop_ahead`, through the gate
-//! of `xpreempt_hal::stop_gate`, as `CudaQueue` does), so that it does not wait for the
+//! of `xpreempt_cuda::stop_gate`, as `CudaQueue` does), so that it does not wait for the
 //! application's launch under way: while it is raised, the stream counts as stopped (the
 //! watermark stays, direct calls and synchronizes wait, an unguarded launch is held back in the
 //! pending buffer) until the deactivate takes the stop over.
@@ -29,9 +29,9 @@
 use super::driver::{self, CtxGuard, Handle, STREAM_NON_BLOCKING, SUCCESS};
 use super::stream::{Deferred, GuardValues, Lv2State, Resources, State, Stop, StreamHal, backend};
 use std::sync::atomic::{AtomicU64, Ordering};
+use xpreempt_cuda::flight::{Flight, Relaunch, flag_is_safe, is_clean, relaunch_stopped};
+use xpreempt_cuda::stop_gate::Closed;
 use xpreempt_hal::HalError;
-use xpreempt_hal::lv2::{Flight, Relaunch, flag_is_safe, is_clean, relaunch_stopped};
-use xpreempt_hal::stop_gate::Closed;
 use xpreempt_types::{Launched, Seq};
 
 /// Completion words per slot: the most blocks a guarded launch may have and still be stoppable

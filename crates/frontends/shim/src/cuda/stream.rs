@@ -8,9 +8,9 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
+use xpreempt_cuda::flight::{Flight, Relaunch};
+use xpreempt_cuda::stop_gate::StopGate;
 use xpreempt_hal::HalError;
-use xpreempt_hal::lv2::{Flight, Relaunch};
-use xpreempt_hal::stop_gate::StopGate;
 use xpreempt_types::Seq;
 
 /// How often the completion watcher looks at a sync event it waits for.
@@ -182,7 +182,7 @@ pub struct StreamHal {
     /// Set by `retire`: threads polling an event outside the lock stop, so that its events can
     /// be destroyed under nobody's feet.
     pub(super) gone: AtomicBool,
-    /// Where the application's thread last launched on this stream (`xpreempt_hal::placement`).
+    /// Where the application's thread last launched on this stream (`xpreempt_cuda::placement`).
     pub(super) launcher_cpu: AtomicI32,
     /// Threads polling one of the queue's events outside the lock.
     pub(super) pollers: AtomicU32,

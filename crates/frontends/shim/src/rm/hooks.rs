@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use xpreempt_bpf::ctx::{WORK_CHANNEL, WORK_SUBMIT};
 use xpreempt_bpf::rm::RmGroup;
-use xpreempt_hal::nvidia::{VERSION_FILE, check_driver, forced};
+use xpreempt_cuda::nvidia::{VERSION_FILE, check_driver, forced};
 
 const UNREAD: u8 = 0;
 const TRACKING: u8 = 1;
