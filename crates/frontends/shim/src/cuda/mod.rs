@@ -7,7 +7,7 @@
 //! - [`streams`]: a stream's queue, and the ordering rules every other call follows;
 //! - [`observe`]: pass-through mode, where queues only observe; [`lv2`]: guard-built kernels
 //!   stopped by a flag and relaunched ([`guard`] recognizes them); [`lv3`]: the process's timeslice;
-//! - [`priority`]: the stream priority of the process's work, graphs on the legacy stream included;
+//! - [`priority`]: the stream priority of the process's work;
 //! - [`settings`]: what `xpreempt run` asks for;
 //! - `chaos` (the `chaos` feature, tests only): random suspensions and a stand-in timeslice.
 //! - [`fork_gate`]: the shim's own threads stay out of libcuda while the application forks.
