@@ -38,5 +38,6 @@ pub mod timeslice;
 pub use driver::{Device, driver_present};
 pub use error::CudaError;
 pub use kernel::Kernel;
+pub use launch::launch_on;
 pub use native::{Event, HostWord, Stream};
 pub use queue::{CudaQueue, CudaQueueConfig};
