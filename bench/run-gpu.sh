@@ -2,7 +2,8 @@
 # One device run of the CUDA backend: environment, GPU tests, preemption latency, LC/BE scenarios
 # (time-sliced and under MPS, BE normal and persistent). Expects the release binaries in .carry/:
 # xpreempt, libxpreempt_shim.so, gpu-tests (xpreempt-bench's tests/gpu.rs) and cuda-conformance
-# (xpreempt-cuda's tests/conformance.rs). Writes $OUT/results.tgz and $OUT/log.txt.
+# (xpreempt-cuda's tests/conformance.rs), shim-conformance (xpreempt-shim's tests/gpu_conformance.rs).
+# Writes $OUT/results.tgz and $OUT/log.txt.
 #
 # Producing .carry/ on the build machine, from the repository root (test binaries get a hashed
 # name, which cargo prints as "Executable ... (path)"):
@@ -13,6 +14,7 @@
 #   exe() { sed -n 's/^ *Executable .*(\(.*\))$/\1/p'; }
 #   cp "$(cargo test --release -p xpreempt-bench --test gpu --no-run 2>&1 | exe)" .carry/gpu-tests
 #   cp "$(cargo test --release -p xpreempt-cuda --test conformance --no-run 2>&1 | exe)" .carry/cuda-conformance
+#   cp "$(cargo test --release -p xpreempt-shim --test gpu_conformance --no-run 2>&1 | exe)" .carry/shim-conformance
 # Then on the device: `bash .carry/run-gpu.sh` (or STEPS="tests" ... for a subset). Steps: info lv3
 # tests daemon request sched latency smoke lcbe-persistent mps-persistent lcbe mps daemon-gpu
 # mps-daemon gpu-elapsed idle-poll conformance fork-chaos (daemon-gpu, mps-daemon: global mode through a
@@ -61,7 +63,8 @@ lv3)
   LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=1 timeout 60 $XP bench lv3-probe --out $R/lv3-probe.json ;;
 tests)
   XPREEMPT_BIN=$XP XPREEMPT_SHIM=$SHIM timeout 180 $C/gpu-tests --ignored --test-threads=1 --nocapture 2>&1 | tee $R/gpu-tests.txt
-  timeout 120 $C/cuda-conformance --ignored --test-threads=1 --nocapture 2>&1 | tee $R/cuda-conformance.txt ;;
+  timeout 120 $C/cuda-conformance --ignored --test-threads=1 --nocapture 2>&1 | tee $R/cuda-conformance.txt
+  timeout 120 $C/shim-conformance --ignored --test-threads=1 --nocapture 2>&1 | tee $R/shim-conformance.txt ;;
 daemon)
   # Global mode's decision latency (CPU only) on this idle 16-core machine: 2, 8, 64 clients.
   for n in 2 8 64; do
