@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lines up the marks of `xpreempt bench lcbe --marks DIR` (both sides on CLOCK_MONOTONIC) and
+"""Lines up the marks of `xpreempt-bench lcbe --marks DIR` (both sides on CLOCK_MONOTONIC) and
 says, per scenario, where an LC request's time went: when the BE queue was told to stop
 relative to the request's start, how long the stop call took, how long the LC's first launch
 call took and what the LC did between its first two launches (on a queue: after its first

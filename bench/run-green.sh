@@ -1,5 +1,5 @@
 #!/bin/bash
-# Green contexts on the device (issue 10, point 5b): builds bench/cuda/green_{probe,timing}.cu with
+# Green contexts on the device: builds bench/cuda/green_{probe,timing}.cu with
 # nvcc and answers, with the programs' JSON lines as evidence:
 #   api     a-c: resources and split granularity, which kernel handles launch on a green-context
 #           stream and where their blocks run, memory and events across the primary and green
@@ -14,15 +14,15 @@
 #   pairs   the PyTorch pair (bench/pytorch/pairs.py --groups pair) in PAIRS_MODES (default
 #           mps_prio, mps_green16, mps_green8, and xp_lv1 where $XPREEMPT_BIN is set), PAIRS_SECS
 #           per scenario
-# Writes $OUT/{log.txt,api.jsonl,torch.jsonl,timing.jsonl,summary.md,pairs.json,pairs.md}.
-# From a checkout without a GPU: copy bench/run-green.sh, bench/cuda/green_* (and bench/pytorch for
-# `pairs`) into an ignored folder that travels, keeping the bench/ layout, e.g.
-#   mkdir -p .carry-x/bench/cuda && cp bench/run-green.sh .carry-x/bench/ &&
-#   cp bench/cuda/green_* .carry-x/bench/cuda/ && cp -r bench/pytorch .carry-x/bench/
-# then run `bash .carry-x/bench/run-green.sh` there with carry [".carry-x"].
+#
+#   bash bench/run-green.sh [OUT_DIR]
+#
+# Writes OUT_DIR [default: $OUT, else green-results]/{log.txt,api.jsonl,torch.jsonl,timing.jsonl,
+# summary.md,pairs.json,pairs.md}. Needs nvcc; the script and bench/cuda, bench/pytorch are all it
+# reads from the checkout.
 set -u -o pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-OUT=${OUT:-/tmp/green-out}
+OUT=${1:-${OUT:-green-results}}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 B=/tmp/green-build

@@ -4,16 +4,17 @@
 # under the shim (checksums against native, with random suspensions too), and the CUDA
 # conformance suite (tests/cuda-apps) natively and under the shim.
 #
-# Build here (no Rust on the GPU machine), then run with the device tool, carry [".carry"]:
+# The GPU machine needs no Rust toolchain: build elsewhere and copy BIN's files over,
 #   cargo build --release -p xpreempt-cli -p xpreempt-shim -p xpreempt-daemon --features xpreempt-shim/chaos
 #   (chaos: the torch and apps steps inject random suspensions, test machinery)
-#   mkdir -p .carry && cp target/release/{xpreempt,xpreemptd,libxpreempt_shim.so} .carry/ && strip --strip-debug .carry/*
-#   STEPS="overhead torch apps kill" bash bench/run-intercept.sh
+#   STEPS="overhead torch apps kill" bash bench/run-intercept.sh [OUT_DIR]
+# BIN [default: target/release] holds xpreempt, xpreemptd and libxpreempt_shim.so; OUT_DIR
+# [default: $OUT, else intercept-results] receives the results.
 # (overhead: ROUNDS=N rounds, MODES="native lc be lv3 pass", PIN=CPUS to pin with taskset)
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-C=${C:-$ROOT/.carry}
-OUT=${OUT:-/tmp/xp-out}
+C=${BIN:-${C:-$ROOT/target/release}}
+OUT=${1:-${OUT:-intercept-results}}
 XP=$C/xpreempt
 STEPS=${STEPS:-overhead torch apps kill}
 mkdir -p "$OUT"

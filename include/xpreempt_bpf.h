@@ -8,7 +8,7 @@
  *   SEC("xpreempt/work_submit")  void f(struct xp_work_submit_ctx *ctx);   a command is submitted / completes
  *   SEC("xpreempt/task_destroy") void f(struct xp_task_destroy_ctx *ctx);  a queue is gone
  *
- * These are the seed's four hook points (003) with its context fields, adapted to queues. The
+ * These are four hook points with their context fields, adapted to queues. The
  * Rust side (crates/bpf/src/ctx.rs) declares the same structs; a test compiles this
  * header and compares every offset. Fields are ordered so that no struct has padding.
  *
@@ -28,7 +28,7 @@ typedef long long __s64;
 
 #define SEC(name) __attribute__((section(name), used))
 
-/* Interleave levels (the seed's LOW/MEDIUM/HIGH), and the scheduler limit each maps to:
+/* Interleave levels (LOW/MEDIUM/HIGH), and the scheduler limit each maps to:
  * "at most N other queues may run alongside this one".
  *   XP_INTERLEAVE_LOW    -> 0 others (the queue runs alone)
  *   XP_INTERLEAVE_MEDIUM -> 2 others

@@ -1,4 +1,4 @@
-/* The seed's LC/BE policy (003, section 6.1), on xpreempt's hooks.
+/* An LC/BE policy on xpreempt's hooks.
  *
  * A queue is latency-critical (LC) or best-effort (BE):
  *   - from task_type_map (queue id -> 1 LC / 0 BE), which the CLI may set
@@ -54,7 +54,7 @@ void task_init(struct xp_task_init_ctx *ctx)
 		ctx->interleave = XP_INTERLEAVE_HIGH;
 		ctx->class = XP_CLASS_BE;
 	}
-	/* Copy engines overlap well with anything (the seed's engine-type rule). */
+	/* Copy engines overlap well with anything (the engine-type rule). */
 	if (ctx->engine_type == XP_ENGINE_COPY)
 		ctx->interleave = XP_INTERLEAVE_HIGH;
 

@@ -1,4 +1,4 @@
-// Shared by green_probe.cu and green_timing.cu (issue 10, point 5b): the kernels, and the green
+// Shared by green_probe.cu and green_timing.cu: the kernels, and the green
 // context set-up. Built alone with -DGREEN_KERNELS_ONLY into the cubin that the programs load with
 // cuModuleLoadData / cuLibraryLoadData (path in $GREEN_CUBIN); bench/run-green.sh does the builds.
 

@@ -1,4 +1,4 @@
-// Green contexts on Hopper: what the driver allows (issue 10, point 5b). One JSON object per line.
+// Green contexts on Hopper: what the driver allows. One JSON object per line.
 // Usage: green_probe res|launch|mem|event — one section per process, so that a sticky error in
 // one section cannot spoil the next:
 //   res     resources, split granularity, green contexts and their streams

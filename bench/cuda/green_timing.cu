@@ -1,4 +1,4 @@
-// Green contexts on Hopper: what SM confinement buys (issue 10, point 5b). LC requests against a
+// Green contexts on Hopper: what SM confinement buys. LC requests against a
 // GPU-filling BE spin workload; prints one JSON object.
 // Usage: green_timing CFG inproc|twoproc
 //   CFG: lc_alone be_alone prio conf<F> split<F> switch<F>_h<HOLD_US>, F = SMs kept free of BE:
@@ -80,7 +80,7 @@ static void be_role(const Cfg &cfg, Shared *sh, Common &c) {
     fg = fn_of(mg, "k_spin");
   }
   // Finished blocks, counted in device memory (GPU accesses to host-mapped memory are slow
-  // enough to delay other work: bench/results/2026-11-23-h100-green-contexts.md) and read with a
+  // enough to delay other work: docs/results/h100-green-contexts.md) and read with a
   // copy on a stream of its own.
   unsigned long long *done_d = nullptr;
   cudaMalloc(&done_d, 8);

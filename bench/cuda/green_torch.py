@@ -1,4 +1,4 @@
-"""PyTorch's own kernels (cuBLAS, cuDNN, ATen) on a green-context stream (issue 10, point 5b).
+"""PyTorch's own kernels (cuBLAS, cuDNN, ATen) on a green-context stream.
 
 Makes green-context streams with libgreen.so (bench/cuda/green_probe.cu built with -DGREEN_LIB),
 wraps them in torch.cuda.ExternalStream and runs a half-precision matmul and ResNet-50 training

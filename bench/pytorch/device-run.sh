@@ -7,16 +7,17 @@
 #   full       bench/pytorch/pairs.py $PAIRS_ARGS           (~8 min without PAIRS_ARGS)
 #              each at most PAIRS_TIMEOUT seconds (default 560), so that what ran comes back
 # Every step starts from an empty results folder (a warm machine keeps /tmp between calls).
-# Writes at most 8 files to $OUT: log.txt, cuda-apps.{json,txt}, cuda-apps-logs.tgz,
-# pairs-<step>.{json,md}, the first CDF plot, pairs-<step>.tgz (summary, all plots, raw/).
+# Writes to OUT_DIR [default: $OUT, else pytorch-results]: log.txt, cuda-apps.{json,txt},
+# cuda-apps-logs.tgz, pairs-<step>.{json,md}, the first CDF plot, pairs-<step>.tgz (summary, all
+# plots, raw/).
 #
-# From a checkout without a GPU, with the device tool (the checkout travels; build outputs do
-# not): put the stripped release binaries in the ignored .carry/ and run, with carry [".carry"],
-#   XPREEMPT_BIN=$PWD/.carry/xpreempt STEPS=full PAIRS_ARGS="--groups pair --duration 10 --modes xp_lv1,xp_mps" \
-#     bash bench/pytorch/device-run.sh
+# The GPU machine needs no Rust toolchain: build the release binaries elsewhere, copy them over,
+# and point XPREEMPT_BIN at them:
+#   XPREEMPT_BIN=target/release/xpreempt STEPS=full PAIRS_ARGS="--groups pair --duration 20 --modes xp_lv1,xp_mps" \
+#     bash bench/pytorch/device-run.sh OUT_DIR
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-OUT=${OUT:-/tmp/device-run-out}
+OUT=${1:-${OUT:-pytorch-results}}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 STEPS=${STEPS:-cuda-apps quick}

@@ -43,6 +43,8 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=20, help="untimed requests before calibration")
     p.add_argument("--calib", type=int, default=50, help="closed-loop requests to calibrate the service time")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--arrival-seed", type=int,
+                   help="seed of the Poisson arrivals (default: --seed); replicas of one service differ only here")
     p.add_argument("--start-after", action="append", default=[],
                    help="wait for this file before the measured window (repeatable)")
     p.add_argument("--ready-file", help="touched once warmed up and calibrated")
@@ -151,7 +153,7 @@ def main():
     if not wait_for_files(args.start_after, stop):
         log("gave up waiting for", args.start_after)
 
-    rng = random.Random(args.seed)
+    rng = random.Random(args.seed if args.arrival_seed is None else args.arrival_seed)
     latencies, services = [], []
     t_start = now()
     arrival = t_start + rng.expovariate(rate)

@@ -10,7 +10,7 @@ training halfway through the inference's measured window. Checks that:
     it still lists the inference's.
 Exit 0 iff all hold. Writes a JSON summary (--out) and the logs (--log-dir).
 
-    python3 bench/pytorch/kill_low.py --xpreempt-bin .carry/xpreempt --out kill.json
+    python3 bench/pytorch/kill_low.py --xpreempt-bin target/release/xpreempt --out kill.json
 """
 import argparse
 import json

@@ -16,10 +16,10 @@ with --xpreempt-bin / $XPREEMPT_BIN: xp_lv1, xp_lv3, xp_mps (daemon with --mps),
 (--pass-through), each under a private `xpreempt daemon`; with --green-lib / $XP_GREEN_LIB (libgreen.so
 of bench/cuda/green_probe.cu): mps_green<N>, e.g. mps_green16 (mps_prio with the trainer's work on a
 green-context stream holding all SMs but N, N a multiple of 8 on Hopper;
-bench/results/2026-11-23-h100-green-contexts.md).
+docs/results/h100-green-contexts.md).
 MPS runs use private pipe/log dirs.
 
-Goal (issue 10): inference p99 <= 1.2 x alone and training >= 0.9 x (1 - u) of alone, u being the
+Goal: inference p99 <= 1.2 x alone and training >= 0.9 x (1 - u) of alone, u being the
 fraction of the time the inference alone keeps the GPU busy. The training alone runs again after
 the shared runs (not with --quick), and "alone" for the training is the mean of the two windows.
 
@@ -183,13 +183,13 @@ class Env:
                 + variant_args(self.variant, role) + ["--"])
 
     def queues(self):
-        """The daemon's queue rows (`xpreempt --json list`), with the time they were read."""
+        """The daemon's queue rows (`xpreempt --json list`'s `queues`), with the time they were read."""
         if self.daemon is None:
             return None
         try:
             out = subprocess.run([self.xp_bin, "--json", "list"], env=self.base, capture_output=True,
                                  text=True, timeout=10).stdout
-            return {"t": time.time(), "list": json.loads(out)}
+            return {"t": time.time(), "list": json.loads(out)["queues"]}
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             return {"t": time.time(), "error": str(e)}
 

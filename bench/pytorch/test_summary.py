@@ -12,8 +12,8 @@ sys.path.insert(0, HERE)
 from pairs import load_raw  # noqa: E402
 from summary import ratio_interval, summarize  # noqa: E402
 
-# A measured run whose raw files and device-written summary are committed.
-RUN = os.path.join(HERE, "..", "results", "2026-11-23-h100-session12", "call2")
+# A measured run of the PyTorch pair (H100, 2026-11-23): its raw files and the summary the device wrote.
+RUN = os.path.join(HERE, "testdata")
 
 
 class RatioInterval(unittest.TestCase):

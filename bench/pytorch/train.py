@@ -9,7 +9,7 @@ replaced by deterministic equivalents of the same shape: the 3x3/2 max pool by a
 the adaptive average pool by a mean; anything else PyTorch flags is listed in the JSON.)
 
 With $XP_GREEN_KEEP_FREE and $XP_GREEN_LIB (libgreen.so of bench/cuda/green_probe.cu) the steps run
-on a stream of a green context holding all SMs but that many (SM confinement, issue 10 point 5b).
+on a stream of a green context holding all SMs but that many (SM confinement).
 
 Runs until SIGTERM/SIGINT or --duration, recording the CLOCK_MONOTONIC time at which each step
 completed, so an orchestrator can compute the throughput inside any window. Touches --ready-file

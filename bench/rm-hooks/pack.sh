@@ -1,9 +1,9 @@
 #!/bin/bash
-# Fills the carry folder for run.sh: release binaries (debug info stripped), the eBPF objects the
+# Fills one folder for run.sh to run from on a GPU machine: release binaries (debug info stripped), the eBPF objects the
 # build compiled, the CUDA program and the script.
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-DEST=${1:-/work/main/.carry-rmhooks}
+DEST=${1:-$ROOT/target/rm-hooks}
 rm -rf "$DEST"
 mkdir -p "$DEST/policies"
 cp "$ROOT"/target/release/{xpreempt,xpreemptd,libxpreempt_shim.so} "$DEST/"

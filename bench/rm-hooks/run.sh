@@ -1,5 +1,5 @@
 #!/bin/bash
-# The RM hooks' acceptance checks on the GPU machine, in one run (issue 11):
+# The RM hooks' acceptance checks on the GPU machine, in one run:
 #   record    one context's RM calls as the shim sees them (the test fixture; ordering; TSG id,
 #             driver timeslice) and the solo kernel rate
 #   share0    two processes, no policy: GPU shares
@@ -10,13 +10,13 @@
 #             long-kernel trainer BE (maps dumped live)
 #   fault     a rejected program, no daemon, a daemon killed mid-run: processes unaffected
 #
-# Build here (no Rust on the GPU machine), then carry the folder:
+# The GPU machine needs no Rust toolchain: build elsewhere and pack one folder to copy over,
 #   cargo build --release -p xpreempt-cli -p xpreempt-shim -p xpreempt-daemon
-#   bash bench/rm-hooks/pack.sh          # fills /work/main/.carry-rmhooks
-#   run: bash .carry-rmhooks/run.sh      (carry [".carry-rmhooks"])
+#   bash bench/rm-hooks/pack.sh DIR      # binaries, eBPF objects, spin.cu and this script
+# then on the GPU machine: bash DIR/run.sh [OUT_DIR]
 set -u -o pipefail
 C=$(cd "$(dirname "$0")" && pwd)
-OUT=${OUT:-/tmp/rmhooks-out}
+OUT=${1:-${OUT:-rmhooks-results}}
 W=/tmp/rmh
 rm -rf "$W"
 mkdir -p "$OUT" "$W"

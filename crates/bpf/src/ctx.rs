@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-/// The hooks, in the order of the seed.
+/// The hooks, in the order of a task's life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Hook {

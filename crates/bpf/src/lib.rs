@@ -1,4 +1,4 @@
-//! Programmable policies for xpreempt: the seed's four eBPF hook points (`task_init`,
+//! Programmable policies for xpreempt: four eBPF hook points (`task_init`,
 //! `schedule`, `work_submit`, `task_destroy`) run in a user-space eBPF VM (rbpf).
 //!
 //! - [`elf`] reads objects built by `clang -target bpf` (hook sections, legacy `maps`

@@ -1,4 +1,4 @@
-//! The seed's four hooks at the NVIDIA driver's own events, as the shim's ioctl interposer sees
+//! The four hooks at the NVIDIA driver's own events, as the shim's ioctl interposer sees
 //! them: a compute channel group (TSG) is created (`task_init`), enabled (`schedule`), its
 //! channels get their work-submit tokens or its process launches (`work_submit`), and it is
 //! freed (`task_destroy`). The same program and maps serve the scheduler's XQueue hooks; a
@@ -45,7 +45,7 @@ pub const DRIVER_INTERLEAVE_MEDIUM: u32 = 1;
 pub const DRIVER_INTERLEAVE_HIGH: u32 = 2;
 
 /// A program's interleave output as the driver's level: LOW, MEDIUM and HIGH pass to the level
-/// of the same name (as the seed's hook does); 0 and the scheduler-only `XP_INTERLEAVE_OTHERS(n)`
+/// of the same name (as the original hook design does); 0 and the scheduler-only `XP_INTERLEAVE_OTHERS(n)`
 /// leave the driver's level alone.
 pub fn driver_interleave(v: u32) -> Option<u32> {
     match v {
@@ -146,7 +146,7 @@ impl RmRuntime {
             .count() as u32
     }
 
-    /// The `task_init` context of a new group, as the seed builds it at channel-group creation.
+    /// The `task_init` context of a new group, as built at channel-group creation.
     pub fn task_init_ctx(g: &RmGroup) -> TaskInitCtx {
         TaskInitCtx {
             queue_id: rm_queue_id(g.pid, g.device, g.tsg),

@@ -1,9 +1,9 @@
-//! `xpreempt`: run the scheduler on the built-in AMD model or a real GPU, load policies, and
-//! benchmark. Every subcommand prints a table for people, or one JSON object with `--json`;
-//! errors too, as `{"error": "..."}` on stdout.
+//! `xpreempt`: run programs under the scheduler, run and query its daemon, load policies, and
+//! simulate the AMD queue hardware. Every subcommand prints a table for people, or one JSON
+//! object with `--json`; errors too, as `{"error": "..."}` on stdout. The benchmarks are another
+//! binary, `xpreempt-bench`. A reader that closes stdout early (`… | head`) ends the program
+//! quietly with status 0 (`output::print`).
 
-mod bench;
-mod cpu_bench;
 mod demo;
 mod ops;
 mod output;
@@ -20,7 +20,9 @@ use std::process::ExitCode;
 #[command(
     name = "xpreempt",
     version,
-    about = "Preemptive, priority-aware scheduling of GPU command queues"
+    about = "Preemptive, priority-aware scheduling of GPU command queues",
+    after_help = "Output into a pipe that closes early (`xpreempt list | head -1`) ends quietly, \
+                  with status 0. The benchmarks are another binary: xpreempt-bench."
 )]
 struct Cli {
     /// Print one JSON object instead of a table. Errors are then one JSON object too,
@@ -41,8 +43,6 @@ enum Command {
     Version,
     /// A small scheduling demo on the reference backend (virtual clock, no GPU).
     Demo(demo::Args),
-    /// Benchmarks on a real GPU (CUDA): preemption latency, LC/BE sharing, overhead.
-    Bench(bench::Args),
     /// Load an eBPF policy and read or write its maps.
     Policy(policy::Args),
     /// Run a scenario on the AMD queue-hardware model under none, lv1, scheme-a, lv2 and lv3.
@@ -55,13 +55,6 @@ enum Command {
     Stats(ops::Conn),
     /// Change the priority of a process's queues (PID) or of one queue (q7).
     SetPriority(ops::SetPriority),
-    /// Global mode's decision latency and the daemon's CPU use (no GPU needed).
-    BenchDaemon(cpu_bench::daemon::Args),
-    /// What the stack adds to a latency-critical request, on a stand-in GPU (no GPU needed).
-    BenchRequest(cpu_bench::request::Args),
-    /// A background client of `bench-daemon`.
-    #[command(hide = true)]
-    BenchClient(cpu_bench::daemon::ClientArgs),
     /// A live view of the daemon's queues (`--json`: one snapshot, then exit).
     Top(top::Args),
     /// Run an unmodified CUDA program under xpreempt (preloads the shim; exits with the
@@ -89,7 +82,10 @@ fn usage_error(e: clap::Error) -> ExitCode {
     let shown = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
     if !shown && std::env::args_os().any(|a| a == "--json") {
         let text = e.render().to_string();
-        println!("{}", serde_json::json!({ "error": text.trim_end() }));
+        let _ = output::print(&format!(
+            "{}\n",
+            serde_json::json!({ "error": text.trim_end() })
+        ));
         return ExitCode::from(2);
     }
     let _ = e.print();
@@ -100,21 +96,18 @@ fn run(cli: Cli) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
         .with_writer(std::io::stderr)
+        .with_ansi(output::stderr_is_terminal())
         .init();
     let out = output::Output { json: cli.json };
     match cli.command {
         Command::Version => output::version(&out),
         Command::Demo(args) => demo::run(&out, &args),
-        Command::Bench(args) => bench::run(&out, &args),
         Command::Policy(args) => policy::run(&out, &args),
         Command::Sim(args) => sim::run(&out, &args),
         Command::Daemon(args) => xpreempt_daemon::cli::run(&args),
         Command::List(conn) => ops::list(&out, &conn),
         Command::Stats(conn) => ops::stats(&out, &conn),
         Command::SetPriority(args) => ops::set_priority(&out, &args),
-        Command::BenchDaemon(args) => cpu_bench::daemon::run(&out, &args),
-        Command::BenchRequest(args) => cpu_bench::request::run(&out, &args),
-        Command::BenchClient(args) => cpu_bench::daemon::client(&args),
         Command::Top(args) => top::run(&out, args),
         Command::Run(args) => run::run(&args),
     }

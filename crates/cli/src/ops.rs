@@ -36,17 +36,24 @@ pub struct SetPriority {
     conn: Conn,
 }
 
+/// `list --json` is `{"queues": [...]}`: one object, as every subcommand's, so that fields can
+/// join it without breaking a reader.
+#[derive(serde::Serialize)]
+struct Listing<'a> {
+    queues: &'a [QueueRow],
+}
+
 pub fn list(out: &Output, conn: &Conn) -> Result<()> {
     let rows = conn.connect()?.list()?;
-    out.emit(&rows, || table(&rows))
+    out.emit(&Listing { queues: &rows }, || table(&rows))
 }
 
 pub fn stats(out: &Output, conn: &Conn) -> Result<()> {
     let s = conn.connect()?.stats()?;
     out.emit(&s, || {
         let mut t = format!(
-            "protocol {}  clients {}  bad frames {}  watchdog {}  fast-path wake-ups {}\n",
-            s.protocol, s.clients, s.bad_frames, s.watchdog_fires, s.fast_path_wakeups
+            "protocol {}  policy {}  clients {}  bad frames {}  watchdog {}  fast-path wake-ups {}\n",
+            s.protocol, s.policy, s.clients, s.bad_frames, s.watchdog_fires, s.fast_path_wakeups
         );
         t.push_str(&format!(
             "{:>6} {:<10} {:>6} {:>8} {:>11} {:>8} {:>10}\n",
@@ -120,7 +127,11 @@ pub fn table(rows: &[QueueRow]) -> String {
             "{:>5} {:>7} {:<16} {:>3} {:>4} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>12.1}\n",
             r.queue.to_string(),
             r.process,
-            r.process_name.chars().take(16).collect::<String>(),
+            // Escaped here too: a daemon of an older version passes names on as they came.
+            xpreempt_ipc::names::clean(&r.process_name)
+                .chars()
+                .take(16)
+                .collect::<String>(),
             r.device,
             r.level.to_string(),
             r.logical_priority,
@@ -137,4 +148,33 @@ pub fn table(rows: &[QueueRow]) -> String {
         t.push_str("(no queues registered)\n");
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xpreempt_core::sched::protocol::QueueState;
+    use xpreempt_core::{Level, QueueId};
+
+    #[test]
+    fn a_name_cannot_forge_rows_or_recolour_the_terminal() {
+        let row = QueueRow {
+            queue: QueueId(1),
+            process: 42,
+            process_name: "a\x1b[31m\n    9     666 fake".into(),
+            device: 0,
+            level: Level::Lv2,
+            logical_priority: 1,
+            effective_priority: 1,
+            state: QueueState::Idle,
+            in_flight: 0,
+            pending: 0,
+            preemptions: 0,
+            resumes: 0,
+            suspend_p99_ns: 0,
+        };
+        let t = table(&[row]);
+        assert_eq!(t.lines().count(), 2, "{t}");
+        assert!(!t.contains('\x1b'), "{t:?}");
+    }
 }

@@ -1,7 +1,9 @@
-//! Human tables or one JSON object: the choice every subcommand shares.
+//! Human tables or one JSON object: the choice every subcommand shares, and how errors and a
+//! closed stdout end the program.
 
 use anyhow::Result;
 use serde::Serialize;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 pub struct Output {
@@ -12,12 +14,39 @@ impl Output {
     /// Prints `value` as JSON, or `table()` for people.
     pub fn emit<T: Serialize>(&self, value: &T, table: impl FnOnce() -> String) -> Result<()> {
         if self.json {
-            println!("{}", serde_json::to_string(value)?);
+            print(&format!("{}\n", serde_json::to_string(value)?))
         } else {
-            print!("{}", table());
+            print(&table())
         }
-        Ok(())
     }
+}
+
+/// Writes `text` to stdout. A reader that went away (`xpreempt list | head -1`) is
+/// [`StdoutClosed`], which ends the program quietly with status 0: Rust ignores SIGPIPE, so a
+/// write to a closed pipe would otherwise be an error (or, through `println!`, a panic).
+pub fn print(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        r => Ok(r?),
+    }
+}
+
+/// Stdout's reader closed the pipe: not a failure of the command (a pager or `head` had enough).
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Whether log lines may carry colour: only on a terminal, never in a log file or a pipe.
+pub fn stderr_is_terminal() -> bool {
+    std::io::stderr().is_terminal()
 }
 
 /// The command ran and printed its result, but the result says something failed (a
@@ -45,14 +74,20 @@ pub const CHECKS_FAILED: u8 = 3;
 /// stdout, so that a pipe into a JSON reader always gets one object; a person gets the chain
 /// on stderr.
 pub fn fail(json: bool, err: &anyhow::Error) -> ExitCode {
+    if err.downcast_ref::<StdoutClosed>().is_some() {
+        return ExitCode::SUCCESS;
+    }
     if let Some(c) = err.downcast_ref::<ChecksFailed>() {
-        eprintln!("error: {c}");
+        let _ = writeln!(std::io::stderr(), "error: {c}");
         return ExitCode::from(CHECKS_FAILED);
     }
     if json {
-        println!("{}", serde_json::json!({ "error": format!("{err:#}") }));
+        let _ = print(&format!(
+            "{}\n",
+            serde_json::json!({ "error": format!("{err:#}") })
+        ));
     } else {
-        eprintln!("Error: {err:?}");
+        let _ = writeln!(std::io::stderr(), "Error: {err:?}");
     }
     ExitCode::from(ERROR)
 }

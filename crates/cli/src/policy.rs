@@ -71,21 +71,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
         let mut op = xpreempt_ipc::operator::Operator::connect(&path)?;
         return match &args.command {
             Cmd::Map { command } => live_map(out, &mut op, command),
-            Cmd::Show => {
-                let maps = op.policy_maps()?;
-                out.emit(&maps, || {
-                    maps.iter()
-                        .map(|m| {
-                            format!(
-                                "device {}  {}  {} entries\n",
-                                m.device,
-                                m.map,
-                                m.entries.len()
-                            )
-                        })
-                        .collect()
-                })
-            }
+            Cmd::Show => live_show(out, &mut op),
             Cmd::Load { .. } => bail!(
                 "a running daemon's program is chosen when it starts: `xpreempt daemon --policy FILE.o`"
             ),
@@ -323,6 +309,57 @@ fn map(out: &Output, state: &StateDir, cmd: &MapCmd) -> Result<()> {
     }
 }
 
+/// `policy --daemon show`: the policy the daemon runs, each device's, and its program's maps.
+/// A built-in policy has no maps: it says which one runs rather than print nothing.
+fn live_show(out: &Output, op: &mut xpreempt_ipc::operator::Operator) -> Result<()> {
+    let stats = op.stats()?;
+    let maps = op.policy_maps()?;
+    #[derive(Serialize)]
+    struct Device {
+        device: u32,
+        policy: String,
+    }
+    #[derive(Serialize)]
+    struct LiveShow {
+        policy: String,
+        devices: Vec<Device>,
+        maps: Vec<xpreempt_ipc::msg::PolicyMap>,
+    }
+    let v = LiveShow {
+        policy: stats.policy,
+        devices: stats
+            .devices
+            .into_iter()
+            .map(|d| Device {
+                device: d.device,
+                policy: d.policy,
+            })
+            .collect(),
+        maps,
+    };
+    out.emit(&v, || {
+        let mut t = format!("policy: {}\n", v.policy);
+        if v.devices.is_empty() {
+            t.push_str("no device yet: each opens with its first queue, under this policy\n");
+        }
+        for d in &v.devices {
+            t.push_str(&format!("device {}: {}\n", d.device, d.policy));
+        }
+        if v.maps.is_empty() {
+            t.push_str("no eBPF program maps\n");
+        }
+        for m in &v.maps {
+            t.push_str(&format!(
+                "device {}  {}  {} entries\n",
+                m.device,
+                m.map,
+                m.entries.len()
+            ));
+        }
+        t
+    })
+}
+
 /// `policy --daemon map …`: the live maps of the daemon's program (one per device).
 fn live_map(out: &Output, op: &mut xpreempt_ipc::operator::Operator, cmd: &MapCmd) -> Result<()> {
     let maps = op.policy_maps()?;
@@ -354,7 +391,8 @@ fn live_map(out: &Output, op: &mut xpreempt_ipc::operator::Operator, cmd: &MapCm
                     })
                 })
                 .collect();
-            out.emit(&rows, || {
+            // One object, as every `--json` output: the map's name and its rows of every device.
+            out.emit(&serde_json::json!({ "map": name, "entries": rows }), || {
                 rows.iter()
                     .map(|r| {
                         format!(

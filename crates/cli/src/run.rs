@@ -33,7 +33,8 @@ pub struct Args {
     /// else /run/xpreempt/xpreempt.sock].
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// libxpreempt_shim.so [default: $XPREEMPT_SHIM, else next to this binary].
+    /// libxpreempt_shim.so [default: $XPREEMPT_SHIM, else next to this binary, else in ../lib
+    /// beside its folder (the installed layout)].
     #[arg(long, env = "XPREEMPT_SHIM")]
     pub shim: Option<PathBuf>,
     /// Say nothing about the daemon or MPS on stderr.
@@ -42,6 +43,24 @@ pub struct Args {
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
+}
+
+/// Whether the program's CUDA calls can be intercepted at all: without a CUDA driver
+/// (libcuda.so.1) there are none, and the daemon has nothing to schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    Present,
+    Missing,
+}
+
+impl Driver {
+    pub fn probe() -> Self {
+        if xpreempt_cuda::driver_present() {
+            Self::Present
+        } else {
+            Self::Missing
+        }
+    }
 }
 
 /// What the program's environment gets.
@@ -66,7 +85,14 @@ pub enum Scheduler {
 
 /// Connects to the daemon once to learn whether it runs and owns MPS.
 pub fn find_scheduler(socket: &Path) -> Scheduler {
-    match Operator::connect(socket).and_then(|mut o| o.stats()) {
+    // Bounded like an application's own wait: a stopped daemon must not delay the program.
+    let probe = Operator::connect_within(
+        socket,
+        xpreempt_ipc::msg::Role::Operator,
+        "xpreempt run",
+        xpreempt_ipc::operator::APPLICATION_TIMEOUT,
+    );
+    match probe.and_then(|mut o| o.stats()) {
         Ok(stats) => Scheduler::Daemon {
             socket: socket.to_path_buf(),
             mps_pipe: stats.mps_pipe,
@@ -78,9 +104,18 @@ pub fn find_scheduler(socket: &Path) -> Scheduler {
     }
 }
 
-pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Result<Plan> {
+pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler, driver: Driver) -> Result<Plan> {
     let mut env = Vec::new();
     let mut notes = Vec::new();
+    if driver == Driver::Missing {
+        // Said first and plainly: a note about the daemon alone would read as if the program's
+        // work were being scheduled.
+        notes.push(
+            "nothing will be intercepted: no CUDA driver found (libcuda.so.1 does not load), so \
+             the program makes no CUDA calls for xpreempt to schedule; it runs as it would alone"
+                .into(),
+        );
+    }
     let mut preload = OsString::from(shim);
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
         preload.push(":");
@@ -92,17 +127,21 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Result<Plan> {
     let mps_pipe = match scheduler {
         Scheduler::Daemon { socket, mps_pipe } => {
             env.push(("XPREEMPT_SOCKET", socket.into()));
-            notes.push(format!(
-                "scheduling through the daemon at {}",
-                socket.display()
-            ));
+            if driver == Driver::Present {
+                notes.push(format!(
+                    "scheduling through the daemon at {}",
+                    socket.display()
+                ));
+            }
             mps_pipe.clone()
         }
         Scheduler::Local { socket, why } => {
             env.push(("XPREEMPT_SOCKET", socket.into()));
-            notes.push(format!(
-                "no daemon ({why}): the program schedules its own queues, and joins a daemon that starts later"
-            ));
+            if driver == Driver::Present {
+                notes.push(format!(
+                    "no daemon ({why}): the program schedules its own queues, and joins a daemon that starts later"
+                ));
+            }
             None
         }
     };
@@ -157,13 +196,27 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler) -> Result<Plan> {
     Ok(Plan { env, notes })
 }
 
-/// The shim: `--shim`/`$XPREEMPT_SHIM`, else `libxpreempt_shim.so` beside this binary.
+/// The shim: `--shim`/`$XPREEMPT_SHIM`, else the first of [`shim_candidates`] that exists.
 fn shim_path(args: &Args) -> Result<PathBuf> {
     let path = match &args.shim {
         Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .context("finding this binary's directory")?
-            .with_file_name("libxpreempt_shim.so"),
+        None => {
+            let exe = std::env::current_exe().context("finding this binary's directory")?;
+            let candidates = shim_candidates(&exe);
+            match candidates.iter().find(|p| p.is_file()) {
+                Some(p) => p.clone(),
+                None => bail!(
+                    "the shim libxpreempt_shim.so is missing (looked for {}): install it with \
+                     `scripts/install`, build it with `cargo build --release -p xpreempt-shim`, \
+                     or give --shim PATH",
+                    candidates
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
     };
     if !path.is_file() {
         bail!(
@@ -175,6 +228,18 @@ fn shim_path(args: &Args) -> Result<PathBuf> {
     std::fs::canonicalize(&path).with_context(|| format!("resolving {}", path.display()))
 }
 
+/// Where the shim may lie, in order: beside the binary (a cargo build folder, where cargo puts
+/// both), then `<exe dir>/../lib` (what `scripts/install` makes: bin/ and lib/ under one prefix).
+fn shim_candidates(exe: &Path) -> Vec<PathBuf> {
+    const SHIM: &str = "libxpreempt_shim.so";
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let mut out = vec![dir.join(SHIM)];
+    if let Some(prefix) = dir.parent() {
+        out.push(prefix.join("lib").join(SHIM));
+    }
+    out
+}
+
 /// Replaces this process with the program; returns only on failure.
 pub fn run(args: &Args) -> Result<()> {
     let shim = shim_path(args)?;
@@ -183,7 +248,7 @@ pub fn run(args: &Args) -> Result<()> {
         .clone()
         .unwrap_or_else(xpreempt_ipc::default_socket);
     let scheduler = find_scheduler(&socket);
-    let plan = plan(args, &shim, &scheduler)?;
+    let plan = plan(args, &shim, &scheduler, Driver::probe())?;
     if !args.quiet {
         for n in &plan.notes {
             eprintln!("xpreempt run: {n}");
@@ -242,7 +307,7 @@ mod tests {
             socket: "/s".into(),
             mps_pipe: Some("/s.mps/pipe".into()),
         };
-        let p = plan(&a, Path::new("/lib/shim.so"), &mps).unwrap();
+        let p = plan(&a, Path::new("/lib/shim.so"), &mps, Driver::Present).unwrap();
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("1"));
         assert_eq!(get(&p, "XPREEMPT_PRIORITY"), Some("-3"));
         assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), Some("/s.mps/pipe"));
@@ -254,6 +319,7 @@ mod tests {
                 &args(&["--priority", "1", "--", "x"]),
                 Path::new("/s.so"),
                 &mps,
+                Driver::Present,
             )
             .unwrap();
             assert_eq!(get(&high, "CUDA_MPS_CLIENT_PRIORITY"), None);
@@ -262,18 +328,18 @@ mod tests {
             socket: "/s".into(),
             why: "none".into(),
         };
-        let p = plan(&a, Path::new("/lib/shim.so"), &local).unwrap();
+        let p = plan(&a, Path::new("/lib/shim.so"), &local, Driver::Present).unwrap();
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("3"));
         assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), None);
         assert_eq!(get(&p, "CUDA_MPS_CLIENT_PRIORITY"), None);
         assert!(p.notes[0].contains("no daemon"), "{:?}", p.notes);
         let a = args(&["--level", "2", "--window", "4", "--", "x"]);
-        let p = plan(&a, Path::new("/lib/shim.so"), &mps).unwrap();
+        let p = plan(&a, Path::new("/lib/shim.so"), &mps, Driver::Present).unwrap();
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("2"));
         assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), None);
         assert_eq!(get(&p, "XPREEMPT_WINDOW"), Some("4"));
         let a = args(&["--pass-through", "--", "x"]);
-        let p = plan(&a, Path::new("/lib/shim.so"), &local).unwrap();
+        let p = plan(&a, Path::new("/lib/shim.so"), &local, Driver::Present).unwrap();
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("3"));
         assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), Some("1"));
     }
@@ -291,21 +357,59 @@ mod tests {
         let shim = Path::new("/lib/shim.so");
         for level in ["1", "2"] {
             let a = args(&["--pass-through", "--level", level, "--", "x"]);
-            let e = plan(&a, shim, &local).unwrap_err().to_string();
+            let e = plan(&a, shim, &local, Driver::Present)
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains(&format!("--level {level} would do nothing")),
                 "{e}"
             );
         }
         let a = args(&["--pass-through", "--level", "3", "--", "x"]);
-        assert!(plan(&a, shim, &local).is_ok());
+        assert!(plan(&a, shim, &local, Driver::Present).is_ok());
         for line in [
             &["--pass-through", "--", "x"][..],
             &["--pass-through", "--level", "3", "--", "x"],
         ] {
-            let e = plan(&args(line), shim, &mps).unwrap_err().to_string();
+            let e = plan(&args(line), shim, &mps, Driver::Present)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("cannot preempt over the daemon's MPS"), "{e}");
         }
+    }
+
+    #[test]
+    fn without_a_cuda_driver_it_says_that_nothing_is_intercepted() {
+        let a = args(&["--", "x"]);
+        let daemon = Scheduler::Daemon {
+            socket: "/s".into(),
+            mps_pipe: None,
+        };
+        let local = Scheduler::Local {
+            socket: "/s".into(),
+            why: "none".into(),
+        };
+        for s in [&daemon, &local] {
+            let p = plan(&a, Path::new("/lib/shim.so"), s, Driver::Missing).unwrap();
+            assert!(
+                p.notes[0].starts_with("nothing will be intercepted: no CUDA driver found"),
+                "{:?}",
+                p.notes
+            );
+            assert!(
+                !p.notes
+                    .iter()
+                    .any(|n| n.contains("scheduling through") || n.contains("schedules its own")),
+                "{:?}",
+                p.notes
+            );
+        }
+        let p = plan(&a, Path::new("/lib/shim.so"), &daemon, Driver::Present).unwrap();
+        assert!(
+            !p.notes
+                .iter()
+                .any(|n| n.contains("nothing will be intercepted"))
+        );
     }
 
     #[test]
@@ -315,5 +419,41 @@ mod tests {
         assert!(parse(&["--level", "4", "--", "x"]).is_err());
         assert!(parse(&["--level", "0", "--", "x"]).is_err());
         assert!(parse(&[]).is_err());
+    }
+
+    #[test]
+    fn the_shim_is_looked_for_beside_the_binary_then_in_the_prefix_lib() {
+        let c = shim_candidates(Path::new("/opt/xp/bin/xpreempt"));
+        assert_eq!(
+            c,
+            [
+                PathBuf::from("/opt/xp/bin/libxpreempt_shim.so"),
+                PathBuf::from("/opt/xp/lib/libxpreempt_shim.so"),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_installed_layout_finds_the_shim_in_lib() {
+        let root =
+            std::env::temp_dir().join(format!("xpreempt-shim-lookup-{}", std::process::id()));
+        let (bin, lib) = (root.join("bin"), root.join("lib"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join("libxpreempt_shim.so"), b"").unwrap();
+        let found = shim_candidates(&bin.join("xpreempt"))
+            .into_iter()
+            .find(|p| p.is_file());
+        assert_eq!(found, Some(lib.join("libxpreempt_shim.so")));
+        std::fs::write(bin.join("libxpreempt_shim.so"), b"").unwrap();
+        let found = shim_candidates(&bin.join("xpreempt"))
+            .into_iter()
+            .find(|p| p.is_file());
+        assert_eq!(
+            found,
+            Some(bin.join("libxpreempt_shim.so")),
+            "beside the binary comes first"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

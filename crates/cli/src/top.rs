@@ -173,7 +173,10 @@ pub fn header_line() -> String {
 }
 
 pub fn row_line(r: &QueueRow) -> String {
-    let name: String = r.process_name.chars().take(16).collect();
+    let name: String = xpreempt_ipc::names::clean(&r.process_name)
+        .chars()
+        .take(16)
+        .collect();
     // A queue never suspended has no latency to show; 0.0 would read as "instant".
     let p99 = if r.suspend_p99_ns == 0 {
         "-".to_string()
@@ -306,8 +309,7 @@ fn fetch(conn: &Conn, op: &mut Option<Operator>) -> Result<Snapshot> {
 pub fn run(out: &Output, args: Args) -> Result<()> {
     if out.json {
         let snap = fetch(&args.conn, &mut None)?;
-        println!("{}", serde_json::to_string(&snap)?);
-        return Ok(());
+        return crate::output::print(&format!("{}\n", serde_json::to_string(&snap)?));
     }
     let interval = Duration::from_millis(args.interval_ms);
     let (tx, rx) = mpsc::channel();

@@ -102,8 +102,13 @@ fn without_a_daemon_the_program_runs_locally_with_the_shim_and_its_status_comes_
     let preload = lines.next().unwrap();
     assert!(preload.ends_with("/libxpreempt_shim.so"), "{preload}");
     assert!(Path::new(preload).is_absolute());
+    let expected = if xpreempt_cuda::driver_present() {
+        "no daemon"
+    } else {
+        "nothing will be intercepted: no CUDA driver found"
+    };
     assert!(
-        text(&out.stderr).contains("no daemon"),
+        text(&out.stderr).contains(expected),
         "{}",
         text(&out.stderr)
     );
@@ -121,8 +126,14 @@ fn with_a_daemon_the_program_is_pointed_at_it() {
         "{}",
         text(&out.stdout)
     );
+    // Without a CUDA driver nothing can be intercepted, and it says so instead.
+    let expected = if xpreempt_cuda::driver_present() {
+        "scheduling through the daemon"
+    } else {
+        "nothing will be intercepted: no CUDA driver found"
+    };
     assert!(
-        text(&out.stderr).contains("scheduling through the daemon"),
+        text(&out.stderr).contains(expected),
         "{}",
         text(&out.stderr)
     );
@@ -145,4 +156,82 @@ fn signals_and_launch_failures_are_reported_like_a_shell_would() {
 
 fn libc_sigterm() -> i32 {
     15
+}
+
+/// SIGSTOP (or SIGCONT) to the daemon.
+fn signal(d: &Daemon, sig: i32) {
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(d.0.id().to_string())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // A stop takes effect when the kernel next schedules the daemon's threads.
+    std::thread::sleep(Duration::from_millis(50));
+}
+
+#[test]
+fn a_stopped_daemon_does_not_delay_the_program_and_operator_commands_time_out() {
+    let d = dir("stopped");
+    let socket = d.join("xpreempt.sock");
+    let daemon = Daemon::start(&socket);
+    signal(&daemon, 19); // SIGSTOP
+    // The program prints when it starts; `run` is timed from its own start to that line.
+    let t = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xpreempt"))
+        .arg("run")
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--shim")
+        .arg(shim())
+        .args(["--", "echo", "started"])
+        .env_remove("LD_PRELOAD")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        (line, t.elapsed())
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !reader.is_finished() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            signal(&daemon, 18);
+            panic!("the program did not start while the daemon was stopped");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (line, took) = reader.join().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(line.trim(), "started");
+    eprintln!("the program started {took:?} after `run` did");
+    assert!(took < Duration::from_millis(600), "{took:?}");
+    // Where no CUDA driver loads, `run` says only that nothing will be intercepted (a note about
+    // the daemon would read as if the program were scheduled); it looked for the daemon all the
+    // same, within the same bound.
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("did not answer within 100 ms")
+            || said.contains("nothing will be intercepted"),
+        "{said}"
+    );
+    // An operator command fails with a clear message rather than hanging.
+    let t = Instant::now();
+    let list = Command::new(env!("CARGO_BIN_EXE_xpreempt"))
+        .args(["list", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(!list.status.success());
+    assert!(
+        text(&list.stderr).contains("did not answer within"),
+        "{}",
+        text(&list.stderr)
+    );
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    signal(&daemon, 18); // SIGCONT
 }

@@ -138,6 +138,28 @@ fn bad_scenarios_get_a_clear_error() {
 }
 
 #[test]
+fn a_toml_error_prints_once() {
+    let dir = tmp("toml-once");
+    let bad = dir.join("unclosed.toml");
+    std::fs::write(&bad, "name = \"x\"\nseed = [\n").unwrap();
+    let o = xpreempt_in(&dir, &["sim", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("unclosed array").count(), 1, "{err}");
+    assert_eq!(err.matches("TOML parse error").count(), 1, "{err}");
+    let o = xpreempt_in(&dir, &["--json", "sim", bad.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let msg = v["error"].as_str().unwrap();
+    assert_eq!(msg.matches("unclosed array").count(), 1, "{msg}");
+    // A scenario the model refuses names its cause once too.
+    let wrong = dir.join("wrong-type.toml");
+    std::fs::write(&wrong, "name = \"x\"\nseed = \"a\"\n").unwrap();
+    let o = xpreempt_in(&dir, &["sim", wrong.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.matches("invalid type").count(), 1, "{err}");
+}
+
+#[test]
 fn a_scenario_past_the_models_clock_is_an_error_not_a_panic() {
     let dir = tmp("limits");
     let bad = dir.join("overflow.toml");

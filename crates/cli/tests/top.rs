@@ -221,9 +221,9 @@ fn top_shows_the_queues_live_sorts_on_keys_waits_for_the_daemon_and_quits_cleanl
     eprintln!("{s}");
     let pid = std::process::id().to_string();
     assert_eq!(row(&s, "lowjob").unwrap()[1], pid);
-    // Two agents and `top` itself: an operator is a client too.
+    // The two agents: `top` itself, an operator, is not counted.
     assert!(
-        s.contains("sort: priority") && s.contains("clients 3  queues 2"),
+        s.contains("sort: priority") && s.contains("clients 2  queues 2"),
         "{s}"
     );
     assert!(line_of(&s, "highjob") < line_of(&s, "lowjob"), "{s}");
@@ -233,8 +233,8 @@ fn top_shows_the_queues_live_sorts_on_keys_waits_for_the_daemon_and_quits_cleanl
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["queues"].as_array().unwrap().len(), 2);
     assert_eq!(
-        v["stats"]["clients"], 4,
-        "two agents, `top` and this snapshot"
+        v["stats"]["clients"], 2,
+        "two agents; neither `top` nor this snapshot counts"
     );
 
     tmux.keys("s");

@@ -35,6 +35,68 @@ pub struct Args {
     /// says why and clients run time-sliced with Lv3.
     #[arg(long)]
     pub mps: bool,
+    /// Limits: what clients can make the daemon hold. Past a limit the daemon refuses, says
+    /// why to the client, counts the refusal by reason (`xpreempt stats`, /metrics) and keeps
+    /// serving everyone else.
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(next_help_heading = "Limits")]
+pub struct LimitArgs {
+    /// Connections of all users together (lowered to what the descriptor limit allows, which
+    /// the daemon raises to its hard limit). Operators (`list`, `stats`, `top`) get 32 more,
+    /// so that they still work while agents fill the rest.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Connections of one user.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections_per_uid: usize,
+    /// Queues of all users together.
+    #[arg(long, default_value_t = 4096)]
+    pub max_queues: usize,
+    /// Queues (and channel groups of one process) of one user.
+    #[arg(long, default_value_t = 1024)]
+    pub max_queues_per_uid: usize,
+    /// Device ids accepted are 0 to N-1 (each device in use has a scheduler; set N to the
+    /// number of GPUs).
+    #[arg(long, default_value_t = 16)]
+    pub max_devices: u32,
+    /// Priority and hint changes per second of one user (bursts of as many).
+    #[arg(long, default_value_t = 1000)]
+    pub max_changes_per_sec: u32,
+    /// A connection that holds no queue or channel group is closed after this long without a
+    /// request.
+    #[arg(long, default_value_t = 30_000)]
+    pub idle_timeout_ms: u64,
+    /// A frame, once begun, must arrive within this long (and a reply be taken).
+    #[arg(long, default_value_t = 5_000)]
+    pub frame_timeout_ms: u64,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> Result<crate::limits::Limits> {
+        if self.max_devices == 0 || self.max_connections == 0 || self.max_connections_per_uid == 0 {
+            bail!(
+                "--max-devices, --max-connections and --max-connections-per-uid must be at least 1"
+            );
+        }
+        if self.idle_timeout_ms == 0 || self.frame_timeout_ms == 0 {
+            bail!("--idle-timeout-ms and --frame-timeout-ms must be at least 1");
+        }
+        Ok(crate::limits::Limits {
+            connections: self.max_connections,
+            connections_per_uid: self.max_connections_per_uid,
+            queues: self.max_queues,
+            queues_per_uid: self.max_queues_per_uid,
+            devices: self.max_devices,
+            changes_per_sec: self.max_changes_per_sec,
+            idle: Duration::from_millis(self.idle_timeout_ms),
+            frame: Duration::from_millis(self.frame_timeout_ms),
+            ..crate::limits::Limits::default()
+        })
+    }
 }
 
 impl Args {
@@ -75,6 +137,7 @@ impl Args {
             bail!("--metrics {addr}: serve metrics on a loopback address (127.0.0.1 or ::1)");
         }
         c.metrics = self.metrics;
+        c.limits = self.limits.limits()?;
         if self.mps {
             let mut dir = c.socket.clone().into_os_string();
             dir.push(".mps");

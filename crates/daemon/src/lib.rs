@@ -13,10 +13,14 @@
 //!   and whatever was suspended for them resumes at once. One that stops beating while it has
 //!   work is taken out of contention by the watchdog.
 //! - Malformed, truncated, oversized or wrong-version frames close that connection only.
+//! - What a client can make the daemon hold is bounded ([`limits`]): connections, queues,
+//!   devices, change rates, idle and stalled connections; refusals are counted by reason.
 //! - With `--mps` it owns an MPS control daemon in private directories ([`mps`]) and tells
 //!   clients where it is.
 
 pub mod cli;
+mod conn;
+pub mod limits;
 mod metrics;
 pub mod mps;
 mod remote;

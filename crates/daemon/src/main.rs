@@ -1,6 +1,7 @@
 //! `xpreemptd`: see `xpreempt_daemon`.
 
 use clap::Parser;
+use std::io::IsTerminal;
 
 #[derive(Parser)]
 #[command(
@@ -20,6 +21,8 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: a service's log file must hold plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     xpreempt_daemon::cli::run(&Cli::parse().args)
 }

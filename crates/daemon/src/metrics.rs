@@ -1,15 +1,21 @@
 //! Prometheus text exposition (format 0.0.4) on a TCP listener: per device and per queue,
-//! queues, preemptions, resumes, inversions, and suspend latency.
+//! queues and their states, preemptions, resumes, inversions, and suspend and resume latency as
+//! histograms (cumulative `_bucket`s with `le` in seconds, `_sum`, `_count`), which a dashboard
+//! can aggregate across queues and time (`histogram_quantile`).
 
 use crate::server::Shared;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
+use xpreempt_core::sched::protocol::QueueState;
 use xpreempt_ipc::msg::{DeviceStats, QueueRow};
+use xpreempt_ipc::shm::{LATENCY_BOUNDS_NS, LatencyCounts};
 
 /// A metric family: name, help, and how to read it from a row.
 type Metric<T, V> = (&'static str, &'static str, fn(&T) -> V);
+/// Which of a queue's (suspend, resume) latencies a histogram family shows.
+type Pick = fn(&(LatencyCounts, LatencyCounts)) -> &LatencyCounts;
 
 pub(crate) fn serve(shared: &Shared, listener: TcpListener) {
     for conn in listener.incoming() {
@@ -31,16 +37,16 @@ pub(crate) fn serve(shared: &Shared, listener: TcpListener) {
 }
 
 pub(crate) fn render(shared: &Shared) -> String {
-    let (stats, rows) = {
+    let (stats, rows, latencies) = {
         let mut st = shared.lock();
-        (st.stats(), st.list())
+        (st.stats(), st.list(), st.latencies())
     };
     let mut out = String::new();
     let daemon_metrics = [
         (
             "xpreempt_clients",
             "gauge",
-            "Connected processes.",
+            "Connected agents: processes whose queues the daemon schedules (operators not counted).",
             u64::from(stats.clients),
         ),
         (
@@ -61,6 +67,13 @@ pub(crate) fn render(shared: &Shared) -> String {
             out,
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
         );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP xpreempt_refusals_total Requests and connections refused by the daemon's limits.\n# TYPE xpreempt_refusals_total counter"
+    );
+    for (reason, n) in &stats.refusals {
+        let _ = writeln!(out, "xpreempt_refusals_total{{reason=\"{reason}\"}} {n}");
     }
     let device_metrics: [Metric<DeviceStats, u64>; 5] = [
         ("xpreempt_queues", "Queues registered.", |d| {
@@ -102,7 +115,32 @@ pub(crate) fn render(shared: &Shared) -> String {
             );
         }
     }
-    let queue_metrics: [Metric<QueueRow, f64>; 5] = [
+    let states = [
+        QueueState::Idle,
+        QueueState::Ready,
+        QueueState::Running,
+        QueueState::Suspended,
+    ];
+    let _ = writeln!(
+        out,
+        "# HELP xpreempt_queue_states Queues in each state (idle, ready, running, suspended).\n\
+         # TYPE xpreempt_queue_states gauge"
+    );
+    for d in &stats.devices {
+        for state in states {
+            let n = rows
+                .iter()
+                .filter(|r| r.device == d.device && r.state == state)
+                .count();
+            let _ = writeln!(
+                out,
+                "xpreempt_queue_states{{device=\"{}\",state=\"{}\"}} {n}",
+                d.device,
+                format!("{state:?}").to_lowercase()
+            );
+        }
+    }
+    let queue_metrics: [Metric<QueueRow, f64>; 4] = [
         (
             "xpreempt_queue_priority",
             "Effective priority (logical plus aging).",
@@ -123,11 +161,6 @@ pub(crate) fn render(shared: &Shared) -> String {
             "Commands waiting in the queue's buffer.",
             |r| f64::from(r.pending),
         ),
-        (
-            "xpreempt_queue_suspend_latency_p99_seconds",
-            "p99 time from suspend to the hardware being free of the queue.",
-            |r| r.suspend_p99_ns as f64 / 1e9,
-        ),
     ];
     for (name, help, get) in queue_metrics {
         let kind = if name.ends_with("_total") {
@@ -137,16 +170,47 @@ pub(crate) fn render(shared: &Shared) -> String {
         };
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for r in &rows {
-            let _ = writeln!(
-                out,
-                "{name}{{device=\"{}\",queue=\"{}\",pid=\"{}\",process=\"{}\"}} {}",
-                r.device,
-                r.queue.0,
-                r.process,
-                r.process_name.replace(['"', '\\', '\n'], "_"),
-                get(r)
-            );
+            let _ = writeln!(out, "{name}{{{}}} {}", labels(r), get(r));
+        }
+    }
+    let histograms: [(&str, &str, Pick); 2] = [
+        (
+            "xpreempt_queue_suspend_latency_seconds",
+            "Time from suspend to the hardware being free of the queue.",
+            |l| &l.0,
+        ),
+        (
+            "xpreempt_queue_resume_latency_seconds",
+            "Time from resume to the hardware running the queue again.",
+            |l| &l.1,
+        ),
+    ];
+    for (name, help, get) in histograms {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for r in &rows {
+            let Some(h) = latencies.get(&r.queue).map(get) else {
+                continue;
+            };
+            let labels = labels(r);
+            for (&bound, &below) in LATENCY_BOUNDS_NS.iter().zip(&h.below) {
+                let le = bound as f64 / 1e9;
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {below}");
+            }
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_ns as f64 / 1e9);
+            let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
         }
     }
     out
+}
+
+/// A queue's labels, shared by its gauges, counters and histograms.
+fn labels(r: &QueueRow) -> String {
+    format!(
+        "device=\"{}\",queue=\"{}\",pid=\"{}\",process=\"{}\"",
+        r.device,
+        r.queue.0,
+        r.process,
+        r.process_name.replace(['"', '\\', '\n'], "_"),
+    )
 }

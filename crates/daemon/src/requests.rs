@@ -33,6 +33,12 @@ pub(crate) fn handle(shared: &Shared, id: u64, cred: Cred, msg: ClientMsg) -> Op
             }
             return None;
         }
+        ClientMsg::Inherit { queue, priority } => {
+            if let Err(e) = st.inherit(id, queue, priority) {
+                tracing::debug!(%e, "inherit");
+            }
+            return None;
+        }
         ClientMsg::Work { queue, work } => {
             if let Err(e) = st.event(id, queue, SchedEvent::Work { queue, work }) {
                 tracing::debug!(%e, "work");
@@ -73,6 +79,19 @@ pub(crate) fn handle(shared: &Shared, id: u64, cred: Cred, msg: ClientMsg) -> Op
         ClientMsg::RmTaskDestroy { device, tsg } => {
             let _ = st.rm_task_destroy(id, device, tsg);
             return None;
+        }
+        ClientMsg::SetPriority { .. } | ClientMsg::SetHints { .. }
+            if !st
+                .change_rate
+                .take(cred.uid, shared.config.limits.changes_per_sec) =>
+        {
+            st.refused(crate::limits::Reason::ChangeRate);
+            DaemonMsg::Refused {
+                reason: format!(
+                    "user {} made more than {} priority or hint changes in a second (--max-changes-per-sec)",
+                    cred.uid, shared.config.limits.changes_per_sec
+                ),
+            }
         }
         ClientMsg::SetPriority { target, priority } => {
             answer(st.set_priority(cred, target, priority))

@@ -16,10 +16,7 @@ use thiserror::Error;
 use xpreempt_bpf::{BpfHooks, LoadOptions};
 use xpreempt_core::sched::Scheduler;
 use xpreempt_core::{Nanos, policy};
-use xpreempt_ipc::frame::{self, FrameError};
-use xpreempt_ipc::msg::{ClientMsg, DaemonMsg, Role, hello_version};
-use xpreempt_ipc::shm::{SLOTS, Segment};
-use xpreempt_ipc::unix::{Cred, peer_cred, send_fd};
+use xpreempt_ipc::shm::Segment;
 
 /// Which scheduler each device runs.
 #[derive(Clone, Debug)]
@@ -28,6 +25,18 @@ pub enum PolicySpec {
     Rust(String),
     /// An eBPF program at the four hooks, over a built-in base policy.
     Bpf { object: PathBuf, base: String },
+}
+
+impl std::fmt::Display for PolicySpec {
+    /// What operators are told runs: `hpf`, or `FILE.o (eBPF) over hpf`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicySpec::Rust(name) => f.write_str(name),
+            PolicySpec::Bpf { object, base } => {
+                write!(f, "{} (eBPF) over {base}", object.display())
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -45,6 +54,8 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// Start and own an MPS control daemon with its pipe and log directories here.
     pub mps: Option<PathBuf>,
+    /// What clients can make the daemon hold.
+    pub limits: crate::limits::Limits,
 }
 
 impl Config {
@@ -57,13 +68,14 @@ impl Config {
             watchdog: Duration::from_millis(500),
             metrics: None,
             mps: None,
+            limits: crate::limits::Limits::default(),
         }
     }
 }
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
-    #[error("another daemon is listening on {0}")]
+    #[error("another xpreemptd serves {0} (stop it first, or give this one another --socket)")]
     InUse(PathBuf),
     #[error("socket {path}")]
     Socket {
@@ -92,12 +104,14 @@ pub enum DaemonError {
 pub(crate) struct Shared {
     state: Mutex<State>,
     /// Every open connection, so that a stop closes them as a dying daemon's would be.
-    connections: Mutex<std::collections::BTreeMap<u64, UnixStream>>,
-    next_connection: std::sync::atomic::AtomicU64,
+    pub(crate) connections: Mutex<std::collections::BTreeMap<u64, UnixStream>>,
+    pub(crate) next_connection: std::sync::atomic::AtomicU64,
+    /// Open connections in all and per user, against `config.limits`.
+    pub(crate) admission: Mutex<crate::limits::Connections>,
     /// Wakes the ticker when a decision moved the next timer earlier, or at shutdown.
     pub(crate) ticker: Condvar,
-    shutdown: AtomicBool,
-    config: Config,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) config: Config,
 }
 
 impl Shared {
@@ -107,6 +121,10 @@ impl Shared {
 
     pub(crate) fn is_stopping(&self) -> bool {
         self.shutdown.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn admission(&self) -> MutexGuard<'_, crate::limits::Connections> {
+        self.admission.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -119,6 +137,49 @@ pub struct Daemon {
     threads: Vec<JoinHandle<()>>,
     /// Stopped after the threads, so clients never see it go while the daemon serves.
     mps: Option<crate::mps::Mps>,
+    /// The socket's lock file, held while the daemon lives.
+    _lock: std::fs::File,
+}
+
+/// Removes the socket file when a start fails after binding it.
+struct SocketFile(Option<PathBuf>);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Takes `SOCKET.lock` (created beside the socket) for this daemon's life, or says who has it.
+fn lock_socket(socket: &Path) -> Result<std::fs::File, DaemonError> {
+    let err = |source| DaemonError::Socket {
+        path: socket.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = socket.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    let mut path = socket.as_os_str().to_owned();
+    path.push(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(err)?;
+    // SAFETY: flock(2) on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => Err(DaemonError::InUse(socket.to_path_buf())),
+            _ => Err(err(e)),
+        };
+    }
+    Ok(file)
 }
 
 fn scheduler_factory(spec: &PolicySpec) -> Result<SchedulerFactory, DaemonError> {
@@ -149,7 +210,10 @@ fn scheduler_factory(spec: &PolicySpec) -> Result<SchedulerFactory, DaemonError>
 impl Daemon {
     /// Binds the socket and starts serving.
     pub fn start(config: Config) -> Result<Self, DaemonError> {
+        let mut config = config;
+        config.limits.fit_descriptors();
         let mut state = State::new(scheduler_factory(&config.policy)?);
+        state.limits = config.limits.clone();
         if matches!(config.policy, PolicySpec::Bpf { .. }) {
             // The program's maps exist from the start, so that an operator can configure them
             // before the first process comes; other devices open with their first queue.
@@ -158,7 +222,23 @@ impl Daemon {
                 source: Box::new(e),
             })?;
         }
+        // Held for the daemon's life: a second daemon on the same socket refuses at once, and a
+        // socket file found without the lock's holder is stale and safe to replace.
+        let lock = lock_socket(&config.socket)?;
+        // Everything that can fail is set up before the socket appears, or removes it on the way
+        // out: a failed start leaves no socket behind that would answer "connection refused".
+        let metrics = match config.metrics {
+            Some(addr) => {
+                let l = std::net::TcpListener::bind(addr)
+                    .map_err(|source| DaemonError::Metrics { addr, source })?;
+                // Port 0 picks a free port: remember the one the system gave.
+                config.metrics = l.local_addr().ok();
+                Some(l)
+            }
+            None => None,
+        };
         let listener = bind(&config)?;
+        let mut socket_file = SocketFile(Some(config.socket.clone()));
         let mps = config
             .mps
             .as_deref()
@@ -173,25 +253,16 @@ impl Daemon {
                 }
             });
         state.set_mps_pipe(mps.as_ref().map(|m| m.pipe_dir().display().to_string()));
+        state.stats.policy = config.policy.to_string();
         let wake = listener.try_clone().map_err(|source| DaemonError::Socket {
             path: config.socket.clone(),
             source,
         })?;
-        let mut config = config;
-        let metrics = match config.metrics {
-            Some(addr) => {
-                let l = std::net::TcpListener::bind(addr)
-                    .map_err(|source| DaemonError::Metrics { addr, source })?;
-                // Port 0 picks a free port: remember the one the system gave.
-                config.metrics = l.local_addr().ok();
-                Some(l)
-            }
-            None => None,
-        };
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             connections: Mutex::new(std::collections::BTreeMap::new()),
             next_connection: std::sync::atomic::AtomicU64::new(0),
+            admission: Mutex::new(crate::limits::Connections::default()),
             ticker: Condvar::new(),
             shutdown: AtomicBool::new(false),
             config,
@@ -206,7 +277,7 @@ impl Daemon {
         let s = shared.clone();
         threads.push(spawn(
             "xpreemptd-accept",
-            Box::new(move || accept(&s, listener)),
+            Box::new(move || crate::conn::accept(&s, listener)),
         )?);
         let s = shared.clone();
         threads.push(spawn("xpreemptd-ticker", Box::new(move || tick(&s)))?);
@@ -218,7 +289,10 @@ impl Daemon {
             )?);
         }
         tracing::info!(socket = %shared.config.socket.display(), policy = ?shared.config.policy, "xpreemptd serving");
+        // From here on the daemon's own shutdown removes the socket.
+        socket_file.0 = None;
         Ok(Self {
+            _lock: lock,
             shared,
             listener: wake,
             threads,
@@ -280,7 +354,7 @@ impl Daemon {
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(c) = source {
@@ -309,11 +383,16 @@ fn bind(config: &Config) -> Result<UnixListener, DaemonError> {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
     if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(DaemonError::InUse(path.clone()));
+        // A daemon without the lock (an older one) may still serve it; one that is stopped
+        // does not accept, so the probe is bounded.
+        match xpreempt_ipc::unix::connect_within(path, Duration::from_millis(500)) {
+            Ok(_) => return Err(DaemonError::InUse(path.clone())),
+            Err(e) if xpreempt_ipc::unix::is_timeout(&e) => {
+                return Err(DaemonError::InUse(path.clone()));
+            }
+            // Left behind by a daemon that died: nobody answers on it.
+            Err(_) => std::fs::remove_file(path).map_err(err)?,
         }
-        // Left behind by a daemon that died: nobody answers on it.
-        std::fs::remove_file(path).map_err(err)?;
     }
     let listener = UnixListener::bind(path).map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(config.socket_mode))
@@ -324,200 +403,14 @@ fn bind(config: &Config) -> Result<UnixListener, DaemonError> {
     Ok(listener)
 }
 
-fn accept(shared: &Arc<Shared>, listener: UnixListener) {
-    for stream in listener.incoming() {
-        if shared.shutdown.load(Ordering::SeqCst) {
-            return;
-        }
-        let stream = match stream {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(%e, "accept");
-                // Out of descriptors, say: give the system a moment instead of spinning.
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        let s = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("xpreemptd-client".into())
-            .spawn(move || serve(&s, stream));
-        if let Err(e) = spawned {
-            tracing::error!(%e, "no thread for a new client; connection dropped");
-        }
-    }
-}
-
-/// How long a new connection may take to say hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
-
-fn serve(shared: &Arc<Shared>, stream: UnixStream) {
-    let conn = shared.next_connection.fetch_add(1, Ordering::Relaxed);
-    if let Ok(c) = stream.try_clone() {
-        shared
-            .connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(conn, c);
-    }
-    serve_connection(shared, stream);
-    shared
-        .connections
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&conn);
-}
-
-fn serve_connection(shared: &Arc<Shared>, mut stream: UnixStream) {
-    let cred = match peer_cred(&stream) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(%e, "no peer credentials; connection dropped");
-            return;
-        }
-    };
-    let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
-    let (role, name) = match hello(&mut stream, cred) {
-        Ok(h) => h,
-        Err(Hello::Gone) => {
-            tracing::debug!(pid = cred.pid, "connection closed before hello");
-            return;
-        }
-        Err(Hello::Refused(why)) => {
-            shared.lock().stats.bad_frames += 1;
-            tracing::warn!(pid = cred.pid, uid = cred.uid, "connection refused: {why}");
-            let _ = frame::write(&mut stream, &DaemonMsg::Refused { reason: why });
-            return;
-        }
-    };
-    let _ = stream.set_read_timeout(None);
-    let segment = match role {
-        Role::Agent => match Segment::create(SLOTS) {
-            Ok(s) => Some(Arc::new(s)),
-            Err(e) => {
-                tracing::error!(pid = cred.pid, "{e}");
-                let _ = frame::write(
-                    &mut stream,
-                    &DaemonMsg::Refused {
-                        reason: format!("the daemon could not create a shared segment: {e}"),
-                    },
-                );
-                return;
-            }
-        },
-        Role::Operator | Role::Rm => None,
-    };
-    let (id, seat) = {
-        let mut st = shared.lock();
-        let wants = st.wants_work();
-        if let Some(s) = &segment {
-            s.header()
-                .wants_work
-                .store(u32::from(wants), Ordering::Relaxed);
-        }
-        let id = st.add_client(cred, name.clone(), segment.clone());
-        (id, st.clients.get(&id).and_then(|c| c.seat.clone()))
-    };
-    tracing::info!(pid = cred.pid, uid = cred.uid, %name, ?role, "client connected");
-    let alive = Arc::new(AtomicBool::new(true));
-    let fast_path = match &segment {
-        Some(seg) => {
-            let welcome = frame::write(
-                &mut stream,
-                &DaemonMsg::Welcome {
-                    slots: seg.slots(),
-                    bell: seat.as_ref().map(|s| s.bell),
-                },
-            )
-            .map_err(|e| e.to_string())
-            .and_then(|()| send_fd(&stream, seg.fd()).map_err(|e| e.to_string()))
-            .and_then(|()| match &seat {
-                Some(s) => send_fd(&stream, s.board.fd()).map_err(|e| e.to_string()),
-                None => Ok(()),
-            });
-            if let Err(e) = welcome {
-                tracing::warn!(pid = cred.pid, "welcome failed: {e}");
-                shared.lock().remove_client(id);
-                return;
-            }
-            let (s, seg, alive) = (shared.clone(), seg.clone(), alive.clone());
-            std::thread::Builder::new()
-                .name("xpreemptd-fast".into())
-                .spawn(move || fast_path(&s, id, &seg, &alive))
-                .ok()
-        }
-        None => {
-            let _ = frame::write(&mut stream, &DaemonMsg::Ready);
-            None
-        }
-    };
-    loop {
-        let msg = match frame::read::<ClientMsg>(&mut stream) {
-            Ok(m) => m,
-            Err(FrameError::Closed) => break,
-            Err(e) => {
-                shared.lock().stats.bad_frames += 1;
-                tracing::warn!(pid = cred.pid, error = %e, "bad frame; connection closed");
-                break;
-            }
-        };
-        if let Some(reply) = crate::requests::handle(shared, id, cred, msg)
-            && frame::write(&mut stream, &reply).is_err()
-        {
-            break;
-        }
-    }
-    alive.store(false, Ordering::SeqCst);
-    if let Some(seg) = &segment {
-        seg.header().to_daemon.ring();
-    }
-    if let Some(t) = fast_path {
-        let _ = t.join();
-    }
-    shared.lock().remove_client(id);
-    shared.ticker.notify_all();
-    tracing::info!(pid = cred.pid, %name, "client gone; its queues are removed");
-}
-
-enum Hello {
-    /// The peer left without a word (a probe, or a client that died at once).
-    Gone,
-    Refused(String),
-}
-
-/// Reads the first frame: it must be a `Hello` of this protocol version.
-fn hello(stream: &mut UnixStream, cred: Cred) -> Result<(Role, String), Hello> {
-    let body = match frame::read_bytes(stream) {
-        Ok(b) => b,
-        Err(FrameError::Closed) => return Err(Hello::Gone),
-        Err(e) => return Err(Hello::Refused(e.to_string())),
-    };
-    match hello_version(&body) {
-        Some(v) if v == xpreempt_ipc::PROTOCOL_VERSION => {}
-        Some(v) => {
-            return Err(Hello::Refused(format!(
-                "client (pid {}) speaks protocol version {v}; this daemon speaks {}",
-                cred.pid,
-                xpreempt_ipc::PROTOCOL_VERSION
-            )));
-        }
-        None => return Err(Hello::Refused("the first message must be Hello".into())),
-    }
-    match frame::decode::<ClientMsg>(&body) {
-        Ok(ClientMsg::Hello { role, name, .. }) => Ok((role, name)),
-        Ok(_) => Err(Hello::Refused("the first message must be Hello".into())),
-        Err(e) => Err(Hello::Refused(e.to_string())),
-    }
-}
-
 /// How long a fast-path thread spins on its doorbell before it sleeps in the kernel. The daemon
-/// is its own process, never the application's; 50 µs met the decision-latency goals on the
+/// is its own process, never the application's; 50 µs met the decision-latency goals on a
 /// 16-core H100 host and ten times longer bought nothing for up to 1.6 cores
-/// (bench/results/2026-11-23-h100-session9.md, section 2).
+/// (docs/results/daemon-latency.md).
 const SPIN: Duration = Duration::from_micros(50);
 
 /// Sleeps on the agent's doorbell and decides on every state change it rings for.
-fn fast_path(shared: &Shared, id: u64, segment: &Segment, alive: &AtomicBool) {
+pub(crate) fn fast_path(shared: &Shared, id: u64, segment: &Segment, alive: &AtomicBool) {
     let bell = &segment.header().to_daemon;
     let mut seen = bell.value();
     let mut rung = false;
@@ -546,10 +439,14 @@ fn tick(shared: &Shared) {
     let mut st = shared.lock();
     while !shared.shutdown.load(Ordering::SeqCst) {
         st.watchdog(bound);
+        st.beat();
+        let rate = shared.config.limits.changes_per_sec;
+        st.change_rate.trim(rate);
         let next = st.run_timers();
         let now: Nanos = st.now();
         let busy = st.clients.values().any(|c| !c.queues.is_empty());
         let mut sleep = if busy { check } else { Duration::from_secs(1) };
+        sleep = sleep.min(xpreempt_ipc::shm::DAEMON_BEAT);
         if let Some(at) = next {
             sleep = sleep.min(Duration::from_nanos(at.saturating_sub(now)));
         }

@@ -15,10 +15,12 @@ use std::time::Instant;
 use thiserror::Error;
 use xpreempt_core::sched::protocol::QueueState;
 use xpreempt_core::sched::{Driver, QueueInfo, SchedError, SchedEvent, Scheduler};
-use xpreempt_core::{Level, Nanos, QueueId, policy};
+use xpreempt_core::{Level, Nanos, Priority, QueueId, policy};
 use xpreempt_ipc::msg::{DaemonStats, QueueDecl};
 use xpreempt_ipc::shm::{Quiet, Segment, decode_report};
 use xpreempt_ipc::unix::Cred;
+
+use crate::limits::{ChangeRate, Limits, Reason};
 
 /// Makes the scheduler of a device the first time a queue registers on it.
 pub type SchedulerFactory = Box<dyn Fn() -> Result<Scheduler, policy::UnknownPolicy> + Send>;
@@ -53,6 +55,16 @@ pub enum Refusal {
     NoProgram,
     #[error("map update: {0}")]
     Map(xpreempt_bpf::maps::MapError),
+    #[error(
+        "device {device} is not one this daemon schedules (ids below {devices}; --max-devices)"
+    )]
+    Device { device: u32, devices: u32 },
+    #[error("{what}: the limit of {limit} is reached ({flag})")]
+    Limit {
+        what: String,
+        limit: usize,
+        flag: &'static str,
+    },
     #[error(transparent)]
     Policy(#[from] policy::UnknownPolicy),
     #[error(transparent)]
@@ -101,6 +113,8 @@ pub struct State {
     next_queue: u32,
     next_client: u64,
     pub stats: DaemonStats,
+    pub limits: Limits,
+    pub change_rate: ChangeRate,
 }
 
 impl State {
@@ -121,6 +135,75 @@ impl State {
                 protocol: xpreempt_ipc::PROTOCOL_VERSION,
                 ..DaemonStats::default()
             },
+            limits: Limits::default(),
+            change_rate: ChangeRate::default(),
+        }
+    }
+
+    /// Counts a refusal; returns how many of this reason so far.
+    pub fn refused(&mut self, reason: Reason) -> u64 {
+        let n = self
+            .stats
+            .refusals
+            .entry(reason.name().to_string())
+            .or_default();
+        *n += 1;
+        *n
+    }
+
+    /// Whether a client holds queues or channel groups (one that holds nothing may be closed
+    /// when idle).
+    pub fn holds_anything(&self, client: u64) -> bool {
+        self.clients
+            .get(&client)
+            .is_some_and(|c| !c.queues.is_empty())
+            || self.rm_holds(client)
+    }
+
+    /// Refuses a queue on a device beyond the bound, or beyond the bounds on queues.
+    fn check_queue_limits(&mut self, client: u64, device: u32) -> Result<(), Refusal> {
+        let l = &self.limits;
+        let refusal = if device >= l.devices {
+            Some((
+                Reason::Device,
+                Refusal::Device {
+                    device,
+                    devices: l.devices,
+                },
+            ))
+        } else if self.queues.len() >= l.queues {
+            Some((
+                Reason::Queues,
+                Refusal::Limit {
+                    what: "queues of all users".into(),
+                    limit: l.queues,
+                    flag: "--max-queues",
+                },
+            ))
+        } else {
+            let uid = self.clients.get(&client).map(|c| c.cred.uid);
+            let mine = self
+                .queues
+                .values()
+                .filter(|e| self.clients.get(&e.client).map(|c| c.cred.uid) == uid)
+                .count();
+            (mine >= l.queues_per_uid).then(|| {
+                (
+                    Reason::QueuesPerUid,
+                    Refusal::Limit {
+                        what: format!("queues of user {}", uid.unwrap_or(0)),
+                        limit: l.queues_per_uid,
+                        flag: "--max-queues-per-uid",
+                    },
+                )
+            })
+        };
+        match refusal {
+            Some((reason, r)) => {
+                self.refused(reason);
+                Err(r)
+            }
+            None => Ok(()),
         }
     }
 
@@ -175,6 +258,7 @@ impl State {
     ) -> Result<(QueueId, Option<u32>), Refusal> {
         let epoch = self.epoch;
         let clock = move || epoch.elapsed().as_nanos() as Nanos;
+        self.check_queue_limits(client, decl.device)?;
         self.wake_quiet(decl.device);
         let c = self.clients.get_mut(&client).ok_or(Refusal::NotAnAgent)?;
         let segment = c.segment.clone().ok_or(Refusal::NotAnAgent)?;
@@ -365,6 +449,31 @@ impl State {
         Ok(())
     }
 
+    /// `queue` inherits `priority` from its client's work that waits on it, capped at the
+    /// highest priority of that client's queues on the device: a client lends only what it has.
+    pub fn inherit(
+        &mut self,
+        client: u64,
+        queue: QueueId,
+        priority: Option<Priority>,
+    ) -> Result<(), Refusal> {
+        let device = self
+            .queues
+            .get(&queue)
+            .filter(|e| e.client == client)
+            .ok_or(Refusal::UnknownQueue(queue))?
+            .device;
+        let cap = self.devices.get(&device).and_then(|d| {
+            self.queues
+                .iter()
+                .filter(|(_, e)| e.client == client && e.device == device)
+                .filter_map(|(id, _)| d.scheduler().queue_info(*id).map(|i| i.priority))
+                .max()
+        });
+        let priority = priority.map(|p| cap.map_or(p, |c| p.min(c)));
+        self.event(client, queue, SchedEvent::Inherit { queue, priority })
+    }
+
     /// Fires timers that are due; returns when the next one is.
     pub fn run_timers(&mut self) -> Option<Nanos> {
         let epoch = self.epoch;
@@ -462,6 +571,13 @@ impl State {
             for dev in touched {
                 self.refresh(dev);
             }
+        }
+    }
+
+    /// Shows every agent that the daemon is alive (`Header::daemon_beat`).
+    pub fn beat(&self) {
+        for seg in self.clients.values().filter_map(|c| c.segment.as_ref()) {
+            seg.header().daemon_beat.fetch_add(1, Ordering::SeqCst);
         }
     }
 

@@ -236,3 +236,86 @@ fn a_queue_whose_reports_ring_late_is_still_decided_on() {
         assert_eq!(dev.dev.block_runs(low.hal(), s), vec![1, 1], "command {s}");
     }
 }
+
+/// Two threads that spin until dropped: a loaded machine, as the benches see on two cores.
+struct Load(
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    Vec<std::thread::JoinHandle<()>>,
+);
+
+impl Load {
+    fn start(threads: usize) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hogs = (0..threads)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        Self(stop, hogs)
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        for h in self.1.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Whether a Ready can be lost on the daemon path, or only be late: on a loaded machine, a
+/// higher queue whose work lasts long enough for the lower queue's agent to get a core always
+/// stops the lower queue while it still has work. (A stop that comes after the higher queue's
+/// work is done is no longer needed and is not made: `xpreempt bench-request`'s "not stopped".)
+#[test]
+fn a_ready_is_never_lost_under_load_only_late() {
+    let sock = socket("not-lost");
+    let _d = DaemonProcess::start(&sock, &[]);
+    let dev = Device::new();
+    let (a, b) = (agent(&sock, "be"), agent(&sock, "lc"));
+    let low = queue(&a, &dev, 0);
+    let high = queue(&b, &dev, 10);
+    let _load = Load::start(2);
+    let rounds = std::env::var("XPREEMPT_TEST_NOT_LOST_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60u64);
+    let mut latencies = Vec::new();
+    for round in 0..rounds {
+        for _ in 0..30 {
+            low.submit(kernel(1, 2_000_000)).unwrap();
+        }
+        // The low queue runs again before the next Ready.
+        assert!(within(Duration::from_secs(5), || !low.is_suspended()).is_some());
+        let before = Preemptible::stats(&*low).preemptions;
+        let t = std::time::Instant::now();
+        high.submit(kernel(1, 40_000_000)).unwrap();
+        let stopped = within(Duration::from_secs(5), || {
+            Preemptible::stats(&*low).preemptions > before
+        });
+        let done_before_stop = high.hal().completed() == round + 1;
+        let Some(_) = stopped else {
+            panic!("round {round}: the Ready was lost: the low queue was never stopped");
+        };
+        latencies.push(t.elapsed());
+        assert!(
+            !done_before_stop,
+            "round {round}: the stop came only after the high queue's 40 ms of work ({:?})",
+            t.elapsed()
+        );
+        high.wait_all().unwrap();
+    }
+    low.wait_all().unwrap();
+    latencies.sort();
+    eprintln!(
+        "{rounds} Readies under load, every one stopped the low queue: median {:?}, max {:?}",
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1]
+    );
+}

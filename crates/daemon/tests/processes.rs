@@ -1,7 +1,7 @@
 //! Global mode with real processes: clients in other processes are scheduled by priority with
 //! every command run once; a client killed with SIGKILL releases what it held within 100 ms;
 //! bad frames close only their own connection; another protocol version gets a clear refusal;
-//! a user may not change another user's queues.
+//! a user may not change another user's queues; clients at one priority run together.
 //!
 //! Client processes are this test binary run again with `XPREEMPT_TEST_CHILD` set: the `child`
 //! test below is their entry point and does nothing in a normal run.
@@ -311,4 +311,36 @@ fn a_user_may_change_only_their_own_queues() {
         "{reply}"
     );
     assert_eq!(op.list()[0].logical_priority, 7, "the stranger changed it");
+}
+
+/// The priority rule across processes: two clients at one priority run together, never
+/// stopped for each other, while a lower client is stopped for them and finishes afterwards.
+#[test]
+fn equal_clients_run_together_while_a_lower_one_is_suspended() {
+    let sock = socket("equal");
+    let _d = daemon(&sock);
+    let mut op = Operator::connect(&sock);
+    let (mut low, mut low_out) = agent_child(&sock, 1, 150, 2_000_000);
+    let (mut a, mut a_out) = agent_child(&sock, 5, 60, 2_000_000);
+    let (mut b, mut b_out) = agent_child(&sock, 5, 60, 2_000_000);
+    let (low_pid, a_pid, b_pid) = (low.id(), a.id(), b.id());
+    let together = within(Duration::from_secs(5), || {
+        let running = |s: Option<QueueState>| s.is_some_and(|s| s != QueueState::Suspended);
+        state_of(&mut op, low_pid) == Some(QueueState::Suspended)
+            && running(state_of(&mut op, a_pid))
+            && running(state_of(&mut op, b_pid))
+    });
+    assert!(
+        together.is_some(),
+        "never saw both equal clients running with the lower one suspended"
+    );
+    for (child, out, name) in [(&mut a, &mut a_out, "a"), (&mut b, &mut b_out, "b")] {
+        let l = line(out);
+        assert!(child.wait().unwrap().success(), "{name}: {l}");
+        assert_eq!(l, "ok 0", "equal client {name} was preempted");
+    }
+    let low_line = line(&mut low_out);
+    assert!(low.wait().unwrap().success(), "low child: {low_line}");
+    let preemptions: u64 = low_line.trim_start_matches("ok ").parse().unwrap();
+    assert!(preemptions >= 1, "{low_line}");
 }

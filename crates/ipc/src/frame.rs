@@ -42,7 +42,16 @@ pub fn read_bytes(r: &mut impl Read) -> Result<Vec<u8>, FrameError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        // A peer that closes with our answer unread resets the connection: between frames
+        // that is a close like any other, not a bad frame.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            return Err(FrameError::Closed);
+        }
         Err(e) => return Err(e.into()),
     }
     let expected = u32::from_le_bytes(len) as usize;

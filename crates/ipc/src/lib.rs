@@ -17,6 +17,7 @@ pub mod board;
 pub mod frame;
 mod mapping;
 pub mod msg;
+pub mod names;
 pub mod operator;
 pub mod shm;
 pub mod unix;
@@ -24,7 +25,7 @@ pub mod unix;
 use std::path::PathBuf;
 
 /// Bumped whenever a message or the segment layout changes incompatibly.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Where the daemon listens: `$XPREEMPT_SOCKET`, else `$XDG_RUNTIME_DIR/xpreempt.sock`, else
 /// `/run/xpreempt/xpreempt.sock`.

@@ -71,6 +71,12 @@ pub enum ClientMsg {
     Retry {
         queue: QueueId,
     },
+    /// Work of `priority` waits on the queue's buffered commands (`None`: no longer); see
+    /// `QueueReport::Inherit`. The daemon caps it at the client's own highest priority.
+    Inherit {
+        queue: QueueId,
+        priority: Option<Priority>,
+    },
     /// Work for the `work_submit` hook (sent only while the daemon asks for it).
     Work {
         queue: QueueId,
@@ -220,6 +226,12 @@ pub struct DeviceStats {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DaemonStats {
     pub protocol: u32,
+    /// The policy the daemon runs on every device: a built-in one's name (`hpf`), or
+    /// `FILE.o (eBPF) over BASE`.
+    pub policy: String,
+    /// Connected agents: the processes whose queues the daemon schedules. Operator connections
+    /// (`xpreempt stats`, `list`, `top`, this request's own) and the shim's RM-hook connections
+    /// are not counted; the `xpreempt_clients` metric is the same number.
     pub clients: u32,
     pub devices: Vec<DeviceStats>,
     /// Frames refused as malformed, truncated, oversized or of another version.
@@ -231,6 +243,11 @@ pub struct DaemonStats {
     /// The pipe directory of the MPS control daemon this daemon owns (`--mps`), for clients'
     /// `CUDA_MPS_PIPE_DIRECTORY`; `None` when the GPU is time-sliced.
     pub mps_pipe: Option<String>,
+    /// Requests and connections refused by the daemon's limits, by reason (`connections`,
+    /// `connections_per_uid`, `queues`, `queues_per_uid`, `device`, `change_rate`, `idle`,
+    /// `slow_frame`, `hello_timeout`).
+    #[serde(default)]
+    pub refusals: std::collections::BTreeMap<String, u64>,
 }
 
 /// The protocol version a `Hello` frame carries, whatever the sender's other messages look like.

@@ -1,15 +1,33 @@
 //! The operator's side of the socket: lists, statistics and priority changes, as the CLI and
 //! `xpreempt top` ask for them.
+//!
+//! Every wait on the daemon is bounded: connecting, its answer to Hello and each answer after
+//! ([`OPERATOR_TIMEOUT`] for operator commands, [`APPLICATION_TIMEOUT`] for code that runs
+//! inside an application, such as the shim's RM hooks), so that a stopped or overloaded daemon
+//! makes a command fail with [`OperatorError::Timeout`] instead of hanging.
 
 use crate::frame::{self, FrameError};
 use crate::msg::{ClientMsg, DaemonMsg, DaemonStats, PolicyMap, QueueRow, Role, Target};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 use thiserror::Error;
 use xpreempt_types::{Hints, Priority};
 
+/// How long an operator command waits for the daemon at each step.
+pub const OPERATOR_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long code inside an application waits for the daemon at each step: past it the
+/// application goes on without the daemon.
+pub const APPLICATION_TIMEOUT: Duration = Duration::from_millis(100);
+
 #[derive(Debug, Error)]
 pub enum OperatorError {
+    #[error(
+        "the daemon at {path} did not answer within {} ms (it is stopped, hung or overloaded)",
+        limit.as_millis()
+    )]
+    Timeout { path: PathBuf, limit: Duration },
     #[error("no xpreempt daemon at {path} (start one with `xpreemptd` or `xpreempt daemon`)")]
     NoDaemon {
         path: PathBuf,
@@ -26,29 +44,66 @@ pub enum OperatorError {
 
 pub struct Operator {
     stream: UnixStream,
+    path: PathBuf,
+    limit: Duration,
 }
 
 impl Operator {
+    /// An operator's connection, every wait bounded by [`OPERATOR_TIMEOUT`].
     pub fn connect(path: &Path) -> Result<Self, OperatorError> {
-        Self::connect_as(path, Role::Operator, "xpreempt")
+        Self::connect_within(path, Role::Operator, "xpreempt", OPERATOR_TIMEOUT)
     }
 
-    /// A connection in another role that asks and is answered (the shim's RM hooks: `Role::Rm`).
+    /// A connection in another role that asks and is answered (the shim's RM hooks: `Role::Rm`,
+    /// bounded by [`APPLICATION_TIMEOUT`] since it runs inside an application).
     pub fn connect_as(path: &Path, role: Role, name: &str) -> Result<Self, OperatorError> {
-        let mut stream = UnixStream::connect(path).map_err(|source| OperatorError::NoDaemon {
+        let limit = match role {
+            Role::Operator => OPERATOR_TIMEOUT,
+            Role::Agent | Role::Rm => APPLICATION_TIMEOUT,
+        };
+        Self::connect_within(path, role, name, limit)
+    }
+
+    /// Connects and says hello within `limit` in all; each later answer is awaited for at most
+    /// `limit` too.
+    pub fn connect_within(
+        path: &Path,
+        role: Role,
+        name: &str,
+        limit: Duration,
+    ) -> Result<Self, OperatorError> {
+        let started = Instant::now();
+        let timeout = || OperatorError::Timeout {
             path: path.to_path_buf(),
-            source,
+            limit,
+        };
+        let stream = crate::unix::connect_within(path, limit).map_err(|source| {
+            if crate::unix::is_timeout(&source) {
+                timeout()
+            } else {
+                OperatorError::NoDaemon {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            }
         })?;
-        frame::write(
-            &mut stream,
-            &ClientMsg::Hello {
-                version: crate::PROTOCOL_VERSION,
-                role,
-                name: name.into(),
-            },
-        )?;
-        match frame::read::<DaemonMsg>(&mut stream)? {
-            DaemonMsg::Ready => Ok(Self { stream }),
+        let mut op = Self {
+            stream,
+            path: path.to_path_buf(),
+            limit,
+        };
+        op.tell(&ClientMsg::Hello {
+            version: crate::PROTOCOL_VERSION,
+            role,
+            name: name.into(),
+        })?;
+        let reply = op.read();
+        // The handshake had `limit` in all; every answer after it has `limit` of its own.
+        if started.elapsed() < limit {
+            op.set_timeout(Some(limit)).map_err(|_| timeout())?;
+        }
+        match reply? {
+            DaemonMsg::Ready => Ok(op),
             DaemonMsg::Refused { reason } => Err(OperatorError::Refused(reason)),
             _ => Err(OperatorError::Unexpected),
         }
@@ -56,19 +111,39 @@ impl Operator {
 
     /// Bounds every later read and write (`None`: wait for ever), so that a stuck daemon cannot
     /// hold the caller.
-    pub fn set_timeout(&self, limit: Option<std::time::Duration>) -> std::io::Result<()> {
+    pub fn set_timeout(&self, limit: Option<Duration>) -> std::io::Result<()> {
         self.stream.set_read_timeout(limit)?;
         self.stream.set_write_timeout(limit)
     }
 
+    /// A frame error, with a read or write that ran out of time said as such.
+    fn frame_error(&self, e: FrameError) -> OperatorError {
+        match e {
+            FrameError::Io(io) if crate::unix::is_timeout(&io) => OperatorError::Timeout {
+                path: self.path.clone(),
+                limit: self
+                    .stream
+                    .read_timeout()
+                    .ok()
+                    .flatten()
+                    .unwrap_or(self.limit),
+            },
+            e => OperatorError::Frame(e),
+        }
+    }
+
+    fn read(&mut self) -> Result<DaemonMsg, OperatorError> {
+        frame::read::<DaemonMsg>(&mut self.stream).map_err(|e| self.frame_error(e))
+    }
+
     /// Sends a message the daemon does not answer.
     pub fn tell(&mut self, msg: &ClientMsg) -> Result<(), OperatorError> {
-        Ok(frame::write(&mut self.stream, msg)?)
+        frame::write(&mut self.stream, msg).map_err(|e| self.frame_error(e))
     }
 
     pub fn ask(&mut self, msg: &ClientMsg) -> Result<DaemonMsg, OperatorError> {
-        frame::write(&mut self.stream, msg)?;
-        match frame::read::<DaemonMsg>(&mut self.stream)? {
+        self.tell(msg)?;
+        match self.read()? {
             DaemonMsg::Refused { reason } => Err(OperatorError::Refused(reason)),
             reply => Ok(reply),
         }

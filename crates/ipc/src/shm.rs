@@ -40,7 +40,14 @@ pub struct Header {
     pub heartbeat: AtomicU64,
     /// Set by the daemon while its hooks want `Work` messages.
     pub wants_work: AtomicU32,
+    /// Bumped by the daemon at least every [`DAEMON_BEAT`]: an agent whose queue the daemon
+    /// holds suspended gives the daemon up when this stops moving (a stopped or hung daemon
+    /// must not hold an application).
+    pub daemon_beat: AtomicU64,
 }
+
+/// How often the daemon shows it is alive to every agent.
+pub const DAEMON_BEAT: Duration = Duration::from_millis(250);
 
 /// How often an agent shows it is alive.
 pub const HEARTBEAT: Duration = Duration::from_millis(20);
@@ -66,6 +73,9 @@ pub struct Slot {
     pub preemptions: AtomicU64,
     pub resumes: AtomicU64,
     pub suspend_p99_ns: AtomicU64,
+    /// Agent → daemon: the queue's suspend and resume latencies, for the daemon's histograms.
+    pub suspend_latency: Latencies,
+    pub resume_latency: Latencies,
     /// Daemon → agent: board bits whose queues, while active, stop this one at once (the
     /// policy's order says so whatever else happens); written whenever it changes.
     pub preempted_by: Bits,
@@ -75,6 +85,69 @@ pub struct Slot {
     /// Daemon → agent: which of this queue's reports need not ring the daemon at once
     /// ([`Quiet`], encoded; [`Slot::quiet`] reads it).
     pub quiet: AtomicU32,
+}
+
+/// Upper bounds of the latency buckets a slot carries, in ns: the powers of two from 2^10 (about
+/// 1 µs) to 2^30 (about 1.07 s). Powers of two are exact bucket edges of the agent's log-linear
+/// histograms, so each count is exact.
+pub const LATENCY_BOUNDS_NS: [u64; LATENCY_BUCKETS] = {
+    let mut b = [0; LATENCY_BUCKETS];
+    let mut i = 0;
+    while i < LATENCY_BUCKETS {
+        b[i] = 1 << (10 + i);
+        i += 1;
+    }
+    b
+};
+pub const LATENCY_BUCKETS: usize = 21;
+
+/// A latency histogram as a slot carries it: how many samples fell below each of
+/// [`LATENCY_BOUNDS_NS`] (cumulative), how many there were, and their sum. Each word only grows
+/// while the queue lives; a reader that races the writer may see a count that lags a bucket, which
+/// [`Latencies::load`] evens out.
+#[repr(C)]
+pub struct Latencies {
+    below: [AtomicU64; LATENCY_BUCKETS],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+/// What [`Latencies`] held when read: cumulative and non-decreasing, with `count` at least the
+/// last bucket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatencyCounts {
+    pub below: [u64; LATENCY_BUCKETS],
+    pub count: u64,
+    pub sum_ns: u64,
+}
+
+impl Latencies {
+    /// Publishes `h` (values in ns).
+    pub fn store(&self, h: &xpreempt_types::histogram::Histogram) {
+        self.sum_ns
+            .store(h.sum().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
+        for (word, &bound) in self.below.iter().zip(&LATENCY_BOUNDS_NS) {
+            word.store(h.count_below(bound), Ordering::Relaxed);
+        }
+        self.count.store(h.count(), Ordering::Release);
+    }
+
+    pub fn load(&self) -> LatencyCounts {
+        let count = self.count.load(Ordering::Acquire);
+        let mut out = LatencyCounts {
+            sum_ns: self.sum_ns.load(Ordering::Relaxed),
+            ..LatencyCounts::default()
+        };
+        // Words written after `count` was read may be ahead of it; buckets are cumulative, so a
+        // later one is never below an earlier one.
+        let mut running = 0;
+        for (dst, word) in out.below.iter_mut().zip(&self.below) {
+            running = running.max(word.load(Ordering::Relaxed));
+            *dst = running;
+        }
+        out.count = count.max(running);
+        out
+    }
 }
 
 /// Which of a queue's Ready/Idle reports the daemon needs a doorbell for, as the fast path's
@@ -217,7 +290,8 @@ impl Doorbell {
     ///
     /// The spin yields the CPU on every turn: a spinning daemon or agent must not take the core
     /// of the application thread whose work it schedules, and on an idle core a yield returns at
-    /// once (measured: `bench/results/2026-11-23-cpu-session7.md`).
+    /// once (measured with `bench-request` on a 2-core host: the daemon beside a BE added 40 µs to
+    /// a request's p50 with spins that held the core, 12–15 µs with spins that yield).
     pub fn wait(&self, seen: u32, spin: Duration, timeout: Duration) -> u32 {
         let start = Instant::now();
         loop {
@@ -328,6 +402,37 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn latencies_cross_the_segment_as_cumulative_buckets() {
+        let seg = Segment::create(1).unwrap();
+        let slot = seg.slot(0).unwrap();
+        assert_eq!(slot.suspend_latency.load(), LatencyCounts::default());
+        let mut h = xpreempt_types::histogram::Histogram::new();
+        for v in [500, 1024, 5_000, 2_000_000, 5_000_000_000] {
+            h.record(v);
+        }
+        slot.suspend_latency.store(&h);
+        let got = slot.suspend_latency.load();
+        assert_eq!(got.count, 5);
+        assert_eq!(got.sum_ns, 5_002_006_524);
+        // Below 1024 ns: one; below 2048: two (1024 itself is not below 1024); ...
+        assert_eq!(got.below[0], 1);
+        assert_eq!(got.below[1], 2);
+        assert_eq!(
+            got.below[LATENCY_BUCKETS - 1],
+            4,
+            "5 s is above every bound"
+        );
+        assert!(got.below.windows(2).all(|w| w[0] <= w[1]));
+        // A reader that raced the writer (a later bucket and the count not yet written) still
+        // gets cumulative counts that end at most at the count.
+        slot.resume_latency.below[3].store(7, Ordering::Relaxed);
+        let torn = slot.resume_latency.load();
+        assert!(torn.below.windows(2).all(|w| w[0] <= w[1]), "{torn:?}");
+        assert_eq!(torn.below[LATENCY_BUCKETS - 1], 7);
+        assert_eq!(torn.count, 7);
+    }
 
     #[test]
     fn a_segment_opens_from_its_fd_and_shares_words() {

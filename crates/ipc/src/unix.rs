@@ -4,6 +4,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Who is at the other end of a connection, as the kernel saw it at `connect`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +48,85 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<Cred> {
         uid: cred.uid,
         gid: cred.gid,
     })
+}
+
+/// Connects within `limit`, or fails with `ErrorKind::TimedOut`. A plain `connect` blocks for as
+/// long as the listener's backlog is full (a daemon stopped or too busy to accept); here the
+/// socket is non-blocking and a full backlog (`EAGAIN`) is tried again until the limit.
+pub fn connect_within(path: &Path, limit: Duration) -> io::Result<UnixStream> {
+    use std::os::unix::ffi::OsStrExt;
+    let deadline = Instant::now() + limit;
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid empty address.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "socket path too long for a Unix socket",
+        ));
+    }
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: socket(2) with constant arguments; the descriptor is owned at once.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor nobody else owns.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    loop {
+        // SAFETY: `addr` is a valid sockaddr_un that outlives the call.
+        let r = unsafe {
+            libc::connect(
+                stream.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Some(libc::EAGAIN) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the daemon accepts no connection (its backlog stayed full for {} ms)",
+                        limit.as_millis()
+                    ),
+                ));
+            }
+            _ => return Err(e),
+        }
+    }
+    stream.set_nonblocking(false)?;
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    stream.set_read_timeout(Some(left))?;
+    stream.set_write_timeout(Some(left))?;
+    Ok(stream)
+}
+
+/// Whether an I/O error is a timeout of [`connect_within`] or of a read or write timeout.
+pub fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
 }
 
 /// Space for one descriptor's control message.
@@ -128,6 +209,29 @@ pub fn recv_fd(stream: &UnixStream) -> io::Result<OwnedFd> {
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
+
+    #[test]
+    fn a_connection_to_a_full_backlog_gives_up_in_time() {
+        let dir = std::env::temp_dir().join(format!("xpreempt-ipc-backlog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        // Never accepted: the backlog fills, after which a blocking connect would wait for ever.
+        let mut held = Vec::new();
+        let t = Instant::now();
+        let err = loop {
+            match connect_within(&path, Duration::from_millis(50)) {
+                Ok(s) => held.push(s),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 100_000, "the backlog never filled");
+        };
+        assert!(is_timeout(&err), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(30));
+        drop(listener);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn credentials_and_descriptors_cross_a_socket_pair() {

@@ -77,6 +77,18 @@ impl Histogram {
         self.count
     }
 
+    /// The sum of the values recorded.
+    pub fn sum(&self) -> u128 {
+        self.sum
+    }
+
+    /// How many values recorded were below `bound`. Exact when `bound` is where a bucket starts:
+    /// every value up to 16 and every power of two (what cumulative Prometheus buckets are made
+    /// of); otherwise it counts the values below the start of `bound`'s bucket.
+    pub fn count_below(&self, bound: u64) -> u64 {
+        self.counts[..bucket_of(bound)].iter().sum()
+    }
+
     pub fn merge(&mut self, other: &Histogram) {
         for (a, b) in self.counts.iter_mut().zip(&other.counts) {
             *a += b;
@@ -145,6 +157,32 @@ mod tests {
         assert_eq!(a.count(), 2);
         assert_eq!(a.summary().max, 1_000_000);
         assert_eq!(a.summary().min, 10);
+    }
+
+    #[test]
+    fn counts_below_a_power_of_two_are_exact() {
+        let mut h = Histogram::new();
+        let values = [
+            0,
+            1,
+            15,
+            16,
+            1023,
+            1024,
+            1025,
+            2047,
+            2048,
+            1 << 40,
+            (1 << 40) - 1,
+        ];
+        for v in values {
+            h.record(v);
+        }
+        for bound in [1u64, 16, 17, 1024, 2048, 4096, 1 << 40, 1 << 41] {
+            let exact = values.iter().filter(|&&v| v < bound).count() as u64;
+            assert_eq!(h.count_below(bound), exact, "below {bound}");
+        }
+        assert_eq!(h.sum(), values.iter().map(|&v| u128::from(v)).sum::<u128>());
     }
 
     proptest! {

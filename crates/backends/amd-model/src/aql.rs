@@ -1,4 +1,4 @@
-//! AQL packets (seed 002): 64 bytes each, little-endian, with the HSA header layout
+//! AQL packets: 64 bytes each, little-endian, with the HSA header layout
 //! type [0..8), barrier [8], acquire fence scope [9..11), release fence scope [11..13),
 //! reserved [13..16).
 //!

@@ -1,11 +1,11 @@
 //! Compute units: wave slots per CU, placement of workgroups under a CU mask, and the table of
 //! running workgroups. On a multi-XCC part every XCC owns a contiguous share of the CUs and
-//! places only its own workgroups there (seed 004: each XCC runs the queue from its own HQD). A stopped workgroup's completion event stays in the event queue; its
+//! places only its own workgroups there (each XCC runs the queue from its own HQD). A stopped workgroup's completion event stays in the event queue; its
 //! generation no longer matches, so the event is ignored.
 
 use xpreempt_types::Nanos;
 
-/// A set of CUs a queue may use (the per-queue CU mask of seed 001 §5.3).
+/// A set of CUs a queue may use (the per-queue CU mask).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CuMask(Vec<u64>);
 

@@ -1,6 +1,6 @@
 //! The model's parameters. Defaults follow the seeds: an MI308X-like part (80 CUs, gfx942
-//! MEC/pipe/queue shape), HWS map latency ~20 µs (seed 004), doorbell-to-CP ~1 µs (seed 002),
-//! CWSR 1–10 µs (seed 000), KFD's 9 s `queue_preemption_timeout_ms`.
+//! MEC/pipe/queue shape), HWS map latency ~20 µs, doorbell-to-CP ~1 µs,
+//! CWSR 1–10 µs, KFD's 9 s `queue_preemption_timeout_ms`.
 
 use crate::cpsch::{CpschError, PipePolicy, Topology};
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! CPSCH's hardware-queue allocator (seed 001): per-pipe free bitmaps of the user-queue MEC and
+//! CPSCH's hardware-queue allocator: per-pipe free bitmaps of the user-queue MEC and
 //! KFD's round-robin "horizontal" allocation from `next_pipe_to_allocate`.
 
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,7 @@ pub struct Topology {
 }
 
 impl Default for Topology {
-    /// gfx942 as seed 001 reads it from `gfx_v9_0.c`: 2 MECs, 4 pipes of 8 queues, MEC 0 for
+    /// gfx942 as read from `gfx_v9_0.c`: 2 MECs, 4 pipes of 8 queues, MEC 0 for
     /// user queues. One XCC unless the scenario says otherwise.
     fn default() -> Self {
         Self {
@@ -82,7 +82,7 @@ pub enum PipePolicy {
     /// KFD's `allocate_hqd`: round-robin across pipes.
     #[default]
     Horizontal,
-    /// Seed 001 §5.3: a process starts at pipe `pid % pipes`, so processes do not share pipes
+    /// A process starts at pipe `pid % pipes`, so processes do not share pipes
     /// while there are enough of them; falls back to the next pipes when its own is full.
     ProcessAware,
 }

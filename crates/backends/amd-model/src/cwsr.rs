@@ -1,4 +1,4 @@
-//! Taking a queue off the hardware (seed 000): `checkpoint_mqd`, then `destroy_mqd` in one of
+//! Taking a queue off the hardware: `checkpoint_mqd`, then `destroy_mqd` in one of
 //! three modes, with KFD's unmap fence and timeout. The ring's read and write ids are never
 //! touched, so resume needs nothing resubmitted.
 //!
@@ -113,9 +113,15 @@ impl Gpu {
                         .is_some_and(|u| u.after == After::Waiting) =>
             {
                 // The HWS is already taking it off (a rotation or hand-off): it stays off once
-                // the save lands instead of waiting for a slot.
-                if let Some(u) = self.queues[qi].unmap.as_mut() {
+                // the save lands instead of waiting for a slot. The HWS's own save is the
+                // checkpoint a later resume restores from, whether or not the caller took one
+                // (Lv2's unmap does not).
+                let q = &mut self.queues[qi];
+                if let Some(u) = q.unmap.as_mut() {
                     u.after = After::Preempted;
+                }
+                if q.snapshot.is_none() {
+                    self.checkpoint_mqd(queue)?;
                 }
                 return Ok(());
             }

@@ -442,7 +442,7 @@ impl Gpu {
 
     // ---- producer side (user mode: HIP/ROCr writing its own ring) ----
 
-    /// Writes the body, stores the header last and rings the doorbell: the seed's submit path.
+    /// Writes the body, stores the header last and rings the doorbell: the AQL submit path.
     pub fn submit_packet(&mut self, queue: QueueId, packet: &Packet) -> Result<u64, ModelError> {
         let q = self.q_mut(queue)?;
         let id = q

@@ -58,7 +58,7 @@ pub enum ModelError {
         seq: Seq,
         dispatch: u64,
     },
-    #[error("invalid configuration: {0}")]
+    #[error("invalid configuration")]
     Config(#[from] crate::config::ConfigError),
     #[error("queue {name}: the CU mask selects no CU")]
     EmptyCuMask { name: String },

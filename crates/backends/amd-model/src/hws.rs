@@ -1,4 +1,4 @@
-//! The hardware scheduler's side of MQD/HQD mapping (seed 004): MQDs are unlimited, HQD slots
+//! The hardware scheduler's side of MQD/HQD mapping: MQDs are unlimited, HQD slots
 //! come from CPSCH; queues waiting for a slot are mapped by one runlist batch. A busy queue
 //! without a slot is mapped at once in place of an idle or lower-priority one, as KFD unmaps
 //! idle queues and remaps on demand; among equals the HWS rotates every quantum

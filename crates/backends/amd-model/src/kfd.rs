@@ -1,5 +1,5 @@
 //! The KFD-style API: create, destroy and update a queue with a logical priority, and the two
-//! new ioctls of seed 000, preempt queue and resume queue, which check that the caller owns the
+//! new ioctls, preempt queue and resume queue, which check that the caller owns the
 //! queue unless it is privileged (the kernel-side monitor of Scheme A, or CAP_SYS_ADMIN).
 //!
 //! The hardware priority of every queue is NORMAL, as ROCr hard-codes it; the logical priority

@@ -2,7 +2,7 @@
 //! AQL packets in user-mode rings with doorbells and completion signals ([`aql`], [`ring`]),
 //! CPSCH's HQD allocator ([`cpsch`]), MQD/HQD mapping through runlists with oversubscription and
 //! multi-XCC ([`hws`]), compute units executing workgroups ([`compute`], [`packet_processor`]), CWSR
-//! preemption ([`cwsr`]), the KFD-style calls ([`kfd`]) and the seed's in-driver Scheme A monitor
+//! preemption ([`cwsr`]), the KFD-style calls ([`kfd`]) and Scheme A, an in-driver monitor
 //! ([`scheme_a`]). [`hal`] is the model seen through xpreempt's HAL; Scheme B (the core's
 //! scheduler driving it) and the scenario tooling live in `xpreempt-sim`.
 

@@ -1,4 +1,4 @@
-//! The user-mode AQL ring (seed 002): a power-of-two array of 64-byte slots with 64-bit write and
+//! The user-mode AQL ring: a power-of-two array of 64-byte slots with 64-bit write and
 //! read dispatch ids that only ever grow, a doorbell, and header-last publication.
 //!
 //! The producer reserves a slot by bumping the write id, writes the body with the header still

@@ -1,4 +1,4 @@
-//! Scheme A: the seed's in-kernel monitor. Every `check_interval` it reads each queue's rptr
+//! Scheme A: an in-kernel monitor. Every `check_interval` it reads each queue's rptr
 //! and wptr, finds the highest logical priority with pending work and every queue running below
 //! it (inversions), preempts all of them through CWSR in that one pass, and resumes a preempted
 //! queue once no higher-priority queue has work. Nothing is intercepted: applications keep
@@ -45,7 +45,7 @@ pub struct Monitor {
     pub decisions: Vec<Decision>,
     /// Checks that found an inversion: (time, the priority it was resolved for).
     pub inversion_checks: Vec<(Nanos, Priority)>,
-    /// From resume call to the queue running again, as the seed's `resume latency`.
+    /// From resume call to the queue running again, (the monitor's `resume latency`).
     pub resume_latency: Histogram,
     resuming: Vec<(QueueId, Nanos)>,
 }

@@ -7,7 +7,7 @@
 //!   (needs the `xpreempt-shim` ioctl interposer and a tested driver). Lv2 lives in `lv2.rs`;
 //!   [`lv3`] counts the interrupted queues of the process, whose timeslice is one setting.
 //! - [`native`]: plain streams, events and host-mapped words for work beside the HAL (the
-//!   baselines and probes of `xpreempt bench`), as safe owners of the driver handles.
+//!   baselines and probes of `xpreempt-bench`), as safe owners of the driver handles.
 //! - [`mps`] tells an MPS client from a time-sliced context.
 //! - What the CUDA shim (`xpreempt-shim`) shares with [`queue::CudaQueue`]: Lv2's bookkeeping
 //!   ([`flight`]) and stop-ahead gate ([`stop_gate`]), the completion watcher's CPU

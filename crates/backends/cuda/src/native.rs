@@ -1,5 +1,5 @@
 //! Plain CUDA streams, events and host-mapped words for work that runs beside the HAL: the native
-//! baselines, latency probes and calibration of `xpreempt bench`. Each type owns its driver
+//! baselines, latency probes and calibration of `xpreempt-bench`. Each type owns its driver
 //! handle and keeps its device's context alive, so that callers never touch raw handles.
 //!
 //! Launches here bypass every preemption level: a guarded kernel is refused (only a `CudaQueue`

@@ -6,7 +6,7 @@
 pub const VERSION_FILE: &str = "/proc/driver/nvidia/version";
 
 /// The driver branch on which the RM ABI facts (channel-group classes, control commands) were
-/// measured (580.159.04, `shared/measurements/`); its patch releases are taken to keep them.
+/// measured (580.159.04 on an H100); its patch releases are taken to keep them.
 pub const MEASURED_BRANCH: &str = "580.159.";
 
 /// Whether `version` belongs to [`MEASURED_BRANCH`].

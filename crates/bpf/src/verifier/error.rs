@@ -108,6 +108,10 @@ pub enum Violation {
         start: usize,
         end: usize,
     },
+    #[error(
+        "read of uninitialized stack at r10{off:+} size {size} (byte r10{at:+} was never written on this path)"
+    )]
+    UninitStack { off: i64, size: i64, at: i64 },
     #[error("stack access at r10{off:+} size {size} is outside the {STACK_SIZE}-byte stack")]
     StackBounds { off: i64, size: i64 },
     #[error(

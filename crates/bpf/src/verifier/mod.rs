@@ -11,7 +11,13 @@
 //!   longest path is an exact bound on the work of one call);
 //! - memory is accessed only inside the context (writes only to its output fields), the stack,
 //!   and map values whose lookup was checked against NULL, at offsets known statically;
-//! - helpers get arguments of the right kind (a map, a key or value of the map's size).
+//! - helpers get arguments of the right kind (a map, a key or value of the map's size);
+//! - no stack byte is read (by the program or a helper) before the path wrote it, as Linux
+//!   requires of unprivileged programs (the interpreter zeroes the stack, but a program that
+//!   relied on it would fail under the kernel's verifier).
+//!
+//! Division or modulo by zero is not refused: as in the kernel's eBPF, `x / 0` is 0 and `x % 0`
+//! is `x` (the interpreter implements exactly that), so a program need not guard a divisor.
 //!
 //! It walks every path with an abstract state per register (its type) and per 8-byte stack slot,
 //! like Linux's verifier but without range tracking: pointer offsets must be constants.
@@ -140,6 +146,7 @@ pub fn verify(
     let mut entry = State {
         regs: [Val::Uninit; 11],
         stack: [Slot::Misc; SLOTS],
+        written: [0; SLOTS / 8],
     };
     entry.regs[1] = Val::Ctx(0);
     entry.regs[10] = Val::Stack(0);

@@ -230,3 +230,52 @@ fn extreme_pointer_offsets_are_rejected_not_overflowed() {
         "out of range",
     );
 }
+
+#[test]
+fn rejects_a_read_of_stack_never_written_on_its_path() {
+    rejects(
+        Hook::TaskInit,
+        "ldxdw r0, [r10-8]\nexit",
+        "read of uninitialized stack at r10-8 size 8",
+    );
+    // Half a slot written: the other half is still never written.
+    rejects(
+        Hook::TaskInit,
+        "stw [r10-8], 1\nldxdw r0, [r10-8]\nexit",
+        "byte r10-4 was never written",
+    );
+    check(Hook::TaskInit, "stw [r10-8], 1\nldxw r0, [r10-8]\nexit").unwrap();
+    check(Hook::TaskInit, "stdw [r10-8], 1\nldxdw r0, [r10-8]\nexit").unwrap();
+    // Written on one path only.
+    rejects(
+        Hook::TaskInit,
+        "ldxdw r2, [r1]\njeq r2, 0, +1\nstdw [r10-8], 1\nldxdw r0, [r10-8]\nexit",
+        "uninitialized stack",
+    );
+    // A helper reads its key from the stack: it must have been written too.
+    rejects(
+        Hook::TaskInit,
+        "mov64 r2, r10\nadd64 r2, -8\nlddw r1, map\ncall 1\nmov64 r0, 0\nexit",
+        "the key (r2): read of uninitialized stack",
+    );
+}
+
+#[test]
+fn division_by_zero_is_accepted_and_yields_zero_as_in_the_kernel() {
+    for (src, want) in [
+        ("mov64 r0, 7\nmov64 r2, 0\ndiv64 r0, r2\nexit", 0),
+        ("mov64 r0, 7\nmov64 r2, 0\nmod64 r0, r2\nexit", 7),
+    ] {
+        let verified = check(Hook::TaskInit, src).unwrap();
+        let vm = crate::vm::HookProgram::new(
+            Hook::TaskInit,
+            asm(src),
+            verified,
+            &[],
+            crate::vm::ExecMode::Interpreter,
+        )
+        .unwrap();
+        let mut ctx = vec![0u8; Hook::TaskInit.ctx_size()];
+        assert_eq!(vm.run(&mut ctx).unwrap(), want, "{src}");
+    }
+}

@@ -25,7 +25,7 @@ impl Val {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Slot {
-    /// Plain bytes (possibly never written: the interpreter zeroes the stack for each call).
+    /// Plain bytes (which of them were written: [`State::written`]).
     Misc,
     /// A whole register stored by an aligned 8-byte store.
     Spill(Val),
@@ -35,6 +35,28 @@ pub(super) enum Slot {
 pub(super) struct State {
     pub(super) regs: [Val; 11],
     pub(super) stack: [Slot; SLOTS],
+    /// One bit per stack byte: written on this path. A read of a byte never written is refused,
+    /// as Linux refuses it for unprivileged programs, although the interpreter would read 0
+    /// (it zeroes the stack for each call): a program must not depend on that.
+    pub(super) written: [u64; SLOTS / 8],
+}
+
+impl State {
+    /// Marks the stack bytes `[off, off+size)` (offsets from r10) written.
+    fn write_bytes(&mut self, off: i64, size: i64) {
+        for b in off..off + size {
+            let i = (b + STACK_SIZE) as usize;
+            self.written[i / 64] |= 1 << (i % 64);
+        }
+    }
+
+    /// The first stack byte of `[off, off+size)` never written, if any.
+    fn unwritten(&self, off: i64, size: i64) -> Option<i64> {
+        (off..off + size).find(|&b| {
+            let i = (b + STACK_SIZE) as usize;
+            self.written[i / 64] & (1 << (i % 64)) == 0
+        })
+    }
 }
 
 impl Checker<'_> {
@@ -231,6 +253,9 @@ impl Checker<'_> {
         self.check_access(base, off, size, false)?;
         if let Val::Stack(o) = base {
             let a = o + off;
+            if let Some(at) = st.unwritten(a, size) {
+                return Err(Violation::UninitStack { off: a, size, at });
+            }
             let first = slot_of(a);
             let last = slot_of(a + size - 1);
             if size == 8 && a.rem_euclid(8) == 0 {
@@ -249,6 +274,7 @@ impl Checker<'_> {
         match base {
             Val::Stack(o) => {
                 let a = o + off;
+                st.write_bytes(a, size);
                 if size == 8 && a.rem_euclid(8) == 0 {
                     st.stack[slot_of(a)] = Slot::Spill(value);
                 } else {
@@ -294,6 +320,14 @@ impl Checker<'_> {
                 access: Box::new(e),
             })?;
         if let Val::Stack(o) = ptr {
+            if write {
+                st.write_bytes(o, size);
+            } else if let Some(at) = st.unwritten(o, size) {
+                return Err(Violation::ArgAccess {
+                    arg,
+                    access: Box::new(Violation::UninitStack { off: o, size, at }),
+                });
+            }
             for s in slot_of(o)..=slot_of(o + size - 1) {
                 if write {
                     st.stack[s] = Slot::Misc;

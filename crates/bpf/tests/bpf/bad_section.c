@@ -1,4 +1,4 @@
-/* Rejected: the seed's NVIDIA section name is not one of xpreempt's hooks. */
+/* Rejected: a `gpu_sched/` section name, which is not one of xpreempt's hooks. */
 #include "xpreempt_bpf.h"
 
 SEC("gpu_sched/task_init")

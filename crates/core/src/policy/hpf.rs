@@ -1,22 +1,13 @@
-//! Highest priority first: the queues with the highest effective priority run; equal
-//! priorities take turns by timeslice.
+//! Highest priority first: every queue at the highest effective priority with work runs, all
+//! together, as the hardware would run them; a queue is stopped only while a queue of strictly
+//! higher effective priority has work. Equal priorities take turns only where a queue's
+//! timeslice hint asks for it: the tied queues with such a hint rotate among themselves (each
+//! for its own slice), beside the tied queues without one.
 
-use super::{DEFAULT_TIMESLICE_NS, Decision, Policy, QueueView, View, rotate};
-use xpreempt_types::Nanos;
+use super::{Decision, Policy, QueueView, View, rotate};
 
-#[derive(Clone, Debug)]
-pub struct Hpf {
-    /// Timeslice between active queues of the same priority.
-    pub tie_timeslice_ns: Nanos,
-}
-
-impl Default for Hpf {
-    fn default() -> Self {
-        Self {
-            tie_timeslice_ns: DEFAULT_TIMESLICE_NS,
-        }
-    }
-}
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Hpf;
 
 impl Policy for Hpf {
     fn name(&self) -> &'static str {
@@ -36,34 +27,42 @@ impl Policy for Hpf {
                 wake_at: None,
             };
         };
-        let tied: Vec<&QueueView> = view
-            .queues
-            .iter()
-            .filter(|q| q.is_active() && q.effective_priority == top)
-            .collect();
-        let mut decision = Decision::default();
-        if let Some((id, slice_end)) = rotate(view, &tied, self.tie_timeslice_ns) {
+        // Idle queues at or above the top may launch the moment they submit: nothing active
+        // is above them.
+        let mut decision = Decision {
+            run: view
+                .queues
+                .iter()
+                .filter(|q| q.effective_priority >= top && !wants_turns(q, top))
+                .map(|q| q.id)
+                .collect(),
+            wake_at: None,
+        };
+        let turns: Vec<&QueueView> = view.queues.iter().filter(|q| wants_turns(q, top)).collect();
+        if let Some((id, slice_end)) = rotate(view, &turns, 0) {
             decision.run.insert(id);
-            if tied.len() > 1 {
+            if turns.len() > 1 {
                 decision.wake_at = Some(slice_end);
             }
         }
-        // An idle queue above everything active may launch the moment it submits.
-        decision.run.extend(
-            view.queues
-                .iter()
-                .filter(|q| !q.is_active() && q.effective_priority > top)
-                .map(|q| q.id),
-        );
         decision
     }
 
-    /// The effective priority: a higher active queue leaves a lower one out (it is below the
-    /// top), and a queue above every other active one is the top alone (or an idle queue above
-    /// everything active) and runs.
+    /// The effective priority: an active queue stops every queue of strictly lower priority,
+    /// and a queue with no active queue above it runs. No order where a tied queue takes
+    /// turns by its timeslice hint: a turn ends by the clock, not by the order.
     fn preemption_rank(&self, queue: &QueueView) -> Option<i64> {
-        Some(i64::from(queue.effective_priority))
+        queue
+            .hints
+            .timeslice_ns
+            .is_none()
+            .then_some(i64::from(queue.effective_priority))
     }
+}
+
+/// An active queue at the top that asked to take turns with its equals.
+fn wants_turns(q: &QueueView, top: xpreempt_types::Priority) -> bool {
+    q.is_active() && q.effective_priority == top && q.hints.timeslice_ns.is_some()
 }
 
 #[cfg(test)]
@@ -71,6 +70,10 @@ mod tests {
     use super::*;
     use crate::policy::testutil::{ids, queue};
     use crate::sched::protocol::QueueState::*;
+
+    fn decide(qs: &[QueueView], now: u64) -> Decision {
+        Hpf.decide(&View { now, queues: qs })
+    }
 
     #[test]
     fn the_highest_active_priority_runs() {
@@ -80,10 +83,7 @@ mod tests {
             queue(2, 20, Idle),
             queue(3, 5, Idle),
         ];
-        let d = Hpf::default().decide(&View {
-            now: 10,
-            queues: &qs,
-        });
+        let d = decide(&qs, 10);
         assert_eq!(ids(&d.run), vec![1, 2]);
         assert_eq!(d.wake_at, None);
     }
@@ -91,39 +91,37 @@ mod tests {
     #[test]
     fn everything_may_run_on_an_idle_device() {
         let qs = [queue(0, 3, Idle), queue(1, -7, Idle)];
-        let d = Hpf::default().decide(&View {
-            now: 0,
-            queues: &qs,
-        });
-        assert_eq!(ids(&d.run), vec![0, 1]);
+        assert_eq!(ids(&decide(&qs, 0).run), vec![0, 1]);
     }
 
     #[test]
-    fn equal_priorities_take_turns() {
-        let mut hpf = Hpf {
-            tie_timeslice_ns: 100,
-        };
+    fn equal_priorities_run_together_and_only_a_higher_one_stops_them() {
+        let qs = [
+            queue(0, 5, Running),
+            queue(1, 5, Suspended),
+            queue(2, 1, Running),
+            queue(3, 5, Idle),
+            queue(4, 4, Idle),
+        ];
+        let d = decide(&qs, 50);
+        assert_eq!((ids(&d.run), d.wake_at), (vec![0, 1, 3], None));
+    }
+
+    #[test]
+    fn equals_take_turns_only_where_a_timeslice_hint_asks() {
         let mut qs = [
             queue(0, 5, Running),
             queue(1, 5, Suspended),
-            queue(2, 1, Suspended),
+            queue(2, 5, Running),
+            queue(3, 1, Suspended),
         ];
-        let d = hpf.decide(&View {
-            now: 50,
-            queues: &qs,
-        });
-        assert_eq!((ids(&d.run), d.wake_at), (vec![0], Some(100)));
-        let d = hpf.decide(&View {
-            now: 100,
-            queues: &qs,
-        });
-        assert_eq!((ids(&d.run), d.wake_at), (vec![1], Some(200)));
-        qs[0].running_since = None;
-        qs[1].running_since = Some(100);
-        let d = hpf.decide(&View {
-            now: 200,
-            queues: &qs,
-        });
-        assert_eq!(ids(&d.run), vec![0]);
+        qs[0].hints.timeslice_ns = Some(100);
+        qs[1].hints.timeslice_ns = Some(100);
+        let d = decide(&qs, 50);
+        assert_eq!((ids(&d.run), d.wake_at), (vec![0, 2], Some(100)));
+        let d = decide(&qs, 100);
+        assert_eq!((ids(&d.run), d.wake_at), (vec![1, 2], Some(200)));
+        assert_eq!(Hpf.preemption_rank(&qs[0]), None);
+        assert_eq!(Hpf.preemption_rank(&qs[2]), Some(5));
     }
 }

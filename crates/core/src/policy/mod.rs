@@ -3,6 +3,12 @@
 //! A policy is a small, pure decision. The scheduler computes effective priorities, calls the
 //! policy on every event, and turns the answer into suspend/resume operations; a policy never
 //! sees a backend.
+//!
+//! The priority rule: a queue is stopped only on behalf of an active queue of strictly higher
+//! effective priority, and queues at the same priority run together. The policies that take
+//! turns say so: `fifo` runs one queue at a time by arrival, `rr` and `bandwidth` give turns
+//! and shares, `edf` runs the earliest deadline alone; in `hpf` only queues whose timeslice
+//! hint asks for it take turns with their equals.
 
 mod bandwidth;
 mod edf;
@@ -25,7 +31,7 @@ use thiserror::Error;
 use xpreempt_types::Hints;
 use xpreempt_types::{Nanos, Priority, ProcessId, QueueId};
 
-/// Default timeslice of the round-robin policies, and of HPF between equal priorities.
+/// Default timeslice of the round-robin policies.
 pub const DEFAULT_TIMESLICE_NS: Nanos = 5_000_000;
 
 /// What a policy sees of one queue.
@@ -75,8 +81,8 @@ pub trait Policy: Send {
 
     /// A rank for `queue` if this policy is a strict preemptive order over ranks, such that,
     /// whatever else the view holds:
-    /// - a queue that has work stops (does not let run) every queue of lower rank, and
-    /// - a queue of higher rank than every other queue that has work runs.
+    /// - a queue that has work stops (does not let run) every queue of strictly lower rank, and
+    /// - a queue that no queue with work outranks runs (equal ranks run together).
     ///
     /// Fast paths outside the scheduler (global mode's agents) use it to suspend a queue the
     /// moment a higher one gets work, and to let it go again when that one is idle, before the
@@ -97,7 +103,7 @@ pub const POLICY_NAMES: [&str; 6] = ["hpf", "fifo", "rr", "bandwidth", "edf", "l
 /// Builds a policy by its command-line name, with default settings.
 pub fn by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
     Ok(match name.to_ascii_lowercase().as_str() {
-        "hpf" => Box::new(Hpf::default()),
+        "hpf" => Box::new(Hpf),
         "fifo" => Box::new(Fifo),
         "rr" => Box::new(RoundRobin::default()),
         "bandwidth" | "bw" => Box::new(Bandwidth::default()),

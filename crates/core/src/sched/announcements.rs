@@ -6,18 +6,17 @@
 //! it, the queue's reports and a failed submission's withdrawal are queued behind it, for the
 //! thread to apply after its decision, in order: the latency-critical queue's Ready then costs
 //! it a push, not a wait for the decision and the stops (with the stop plan and without the
-//! queue, the Ready took 5.4–13.9 µs at p50 on an H100 host, against 1.1–6.2 with it;
-//! bench/results/2026-11-23-h100-session14.md). A Ready that comes after the thread *decided* on
+//! queue, the Ready took 5.4–13.9 µs at p50 on an H100 host, against 1.1–6.2 with it).
+//! A Ready that comes after the thread *decided* on
 //! its announcement is handed to the thread too (and the queue's later reports behind it): it
 //! changes nothing that cannot wait, and deciding it on the submitting thread, under the
 //! scheduler's lock, was most of that thread's work between its first two launches (0.7–3.3 µs at
-//! p50, 7.4–10.5 at p99; bench/results/2026-11-24-h100-session16.md, section 7).
+//! p50, 7.4–10.5 at p99 on a quiet H100 host).
 //!
 //! The waiting announcements are one word of their own, which the announcing thread writes with
 //! one compare-and-swap and the spinning thread watches: the announcement is on the submitting
 //! thread's path before its first launch. Under a lock shared with the spinning thread it took
-//! 1.1–1.9 µs at p50 on H100 hosts, and 0.5–0.9 µs this way
-//! (bench/results/2026-11-24-h100-session17.md, section 3).
+//! 1.1–1.9 µs at p50 on H100 hosts, and 0.5–0.9 µs this way.
 
 use super::protocol::QueueReport;
 use std::sync::Mutex;

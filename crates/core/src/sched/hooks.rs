@@ -1,9 +1,9 @@
-//! Points where a programmable policy (the eBPF layer) joins the scheduler: the seed's four hooks.
+//! Points where a programmable policy (the eBPF layer) joins the scheduler: four hooks.
 
 use super::protocol::{QueueInfo, Work};
 use xpreempt_types::{Nanos, QueueId};
 
-/// Called by the scheduler at the seed's hook points. Every method has a neutral default.
+/// Called by the scheduler at the hook points. Every method has a neutral default.
 pub trait Hooks: Send {
     /// A queue is being created; may set its priority, timeslice hint and interleave limit.
     fn task_init(&mut self, info: &mut QueueInfo) {

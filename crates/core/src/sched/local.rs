@@ -373,7 +373,7 @@ fn run_preempter(shared: &Shared) {
                 && start.elapsed() < SPIN_SLICE
             {
                 // A pause, not a yield: yielding gained nothing on a quiet machine and lost more
-                // stops on a loaded one (bench/results/2026-11-23-cpu-session8.md).
+                // stops on a loaded one (measured with `bench-request` on a 2-core host).
                 std::hint::spin_loop();
             }
         } else {

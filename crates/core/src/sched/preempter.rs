@@ -188,7 +188,7 @@ pub(crate) struct LocalQueue {
 /// that may wait for the queue's own thread (its launch holds the queue's lock), and a
 /// latency-critical submission needs that lock for its announcement and its Ready. A resumption
 /// of the best-effort queue that the last request's Idle decided took 40 µs at p50 and up to
-/// 2.6 ms on the GPU machine (bench/results/2026-11-23-h100-session13.md).
+/// 2.6 ms on an H100 host.
 impl QueueControl for LocalQueue {
     fn suspend(&mut self, _now: Nanos) -> Result<Option<QueueReport>, QueueOpError> {
         if !self.preempter.hand_off(self.queue.queue_id()) {

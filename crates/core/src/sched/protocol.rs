@@ -58,6 +58,11 @@ pub enum QueueReport {
     Submitted { kind: OpKind, seq: Seq },
     /// Every command below `upto` has completed (likewise only for hooks).
     Completed { upto: Seq },
+    /// Work of this priority waits for this queue's buffered commands to be launched (an
+    /// ordering edge: a record, a legacy or blocking stream); `None` once nothing waits. The
+    /// queue inherits the priority meanwhile, so that it is not stopped on behalf of a queue
+    /// that the waiter itself outranks.
+    Inherit { priority: Option<Priority> },
 }
 
 /// What the scheduler's state machine takes.
@@ -88,6 +93,11 @@ pub enum SchedEvent {
     },
     /// The time asked for by [`super::Scheduler::next_wake`] has come.
     Timer,
+    /// The queue inherits `priority` from work that waits on it, or no longer (`None`).
+    Inherit {
+        queue: QueueId,
+        priority: Option<Priority>,
+    },
 }
 
 /// Work passing through a queue, as the `work_submit` hook sees it.
@@ -124,6 +134,7 @@ impl QueueReport {
                 queue,
                 work: Work::Completed { upto },
             },
+            QueueReport::Inherit { priority } => SchedEvent::Inherit { queue, priority },
         }
     }
 

@@ -14,7 +14,7 @@ use crate::sched::protocol::QueueState;
 use crate::stats::SchedulerStats;
 use std::collections::{BTreeMap, BTreeSet};
 use thiserror::Error;
-use xpreempt_types::{HintError, Nanos, QueueId};
+use xpreempt_types::{HintError, Nanos, Priority, QueueId};
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum SchedError {
@@ -51,6 +51,8 @@ struct Entry {
     /// Since when the queue has had work without running (aging counts from here).
     waiting_since: Option<Nanos>,
     run_ns: Nanos,
+    /// The priority of work that waits on this queue's buffered commands, if any.
+    inherited: Option<Priority>,
 }
 
 pub struct Scheduler {
@@ -248,6 +250,9 @@ impl Scheduler {
                 e.declared.hints = hints;
                 e.info.hints = hints;
             }
+            SchedEvent::Inherit { queue, priority } => {
+                self.entry(queue)?.inherited = priority;
+            }
             SchedEvent::Priority { queue, priority } => {
                 let e = self.entry(queue)?;
                 e.declared.priority = priority;
@@ -416,6 +421,7 @@ impl Entry {
             running_since: None,
             waiting_since: None,
             run_ns: 0,
+            inherited: None,
         }
     }
 
@@ -446,7 +452,11 @@ impl Entry {
             id: self.info.id,
             process: self.info.process,
             logical_priority: self.info.priority,
-            effective_priority: self.info.priority.saturating_add(boost),
+            effective_priority: self
+                .info
+                .priority
+                .saturating_add(boost)
+                .max(self.inherited.unwrap_or(Priority::MIN)),
             state,
             pending: self.pending,
             hints: self.info.hints,

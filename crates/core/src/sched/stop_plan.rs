@@ -7,8 +7,7 @@
 //!
 //! Why: deciding first put 4.9–7.8 µs at p50 and 28–43 µs at p99 between a latency-critical
 //! request's start and the best-effort queue's stop on an H100 host, against 0.4–0.9 and 4–9
-//! for the benchmark's controller, which stops straight away; with the plan, 2.3–3.9 at p50
-//! (bench/results/2026-11-23-h100-session14.md).
+//! for the benchmark's controller, which stops straight away; with the plan, 2.3–3.9 at p50.
 
 use super::scheduler::RankedQueue;
 use crate::xqueue::threaded::Preemptible;

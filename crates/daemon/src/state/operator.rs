@@ -2,10 +2,12 @@
 //! the list of queues, statistics, and the eBPF program's maps.
 
 use super::{Refusal, State, bpf_program};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use xpreempt_core::sched::SchedEvent;
 use xpreempt_core::{Priority, QueueId};
 use xpreempt_ipc::msg::{DaemonStats, DeviceStats, PolicyMap, QueueRow, Target};
+use xpreempt_ipc::shm::LatencyCounts;
 use xpreempt_ipc::unix::Cred;
 
 impl State {
@@ -127,13 +129,35 @@ impl State {
         rows
     }
 
+    /// Each queue's suspend and resume latencies, as its agent last published them.
+    pub fn latencies(&self) -> BTreeMap<QueueId, (LatencyCounts, LatencyCounts)> {
+        let mut out = BTreeMap::new();
+        for (&queue, e) in &self.queues {
+            let slot = self
+                .clients
+                .get(&e.client)
+                .and_then(|c| c.segment.as_ref())
+                .and_then(|s| s.slot(e.slot));
+            if let Some(s) = slot {
+                out.insert(queue, (s.suspend_latency.load(), s.resume_latency.load()));
+            }
+        }
+        out
+    }
+
     pub fn set_mps_pipe(&mut self, pipe: Option<String>) {
         self.stats.mps_pipe = pipe;
     }
 
     pub fn stats(&self) -> DaemonStats {
         let mut s = self.stats.clone();
-        s.clients = self.clients.len() as u32;
+        // Agents only: an operator asking would otherwise count itself, and the metrics
+        // endpoint (no socket connection) would say one fewer.
+        s.clients = self
+            .clients
+            .values()
+            .filter(|c| c.segment.is_some())
+            .count() as u32;
         s.devices = self
             .devices
             .iter()

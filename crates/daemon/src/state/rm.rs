@@ -33,6 +33,13 @@ impl State {
     /// The scheduler of `device`, made now if no queue or channel group opened it yet (so that
     /// an eBPF program's maps exist before the first process comes).
     pub fn open_device(&mut self, device: u32) -> Result<&mut Driver<RemoteQueue>, Refusal> {
+        if device >= self.limits.devices {
+            self.refused(crate::limits::Reason::Device);
+            return Err(Refusal::Device {
+                device,
+                devices: self.limits.devices,
+            });
+        }
         Ok(match self.devices.entry(device) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
@@ -54,6 +61,15 @@ impl State {
         decl: RmGroupDecl,
     ) -> Result<RmDecisionMsg, Refusal> {
         let pid = self.client_pid(client)?;
+        let held = self.rm.by_client.get(&client).map_or(0, |s| s.len());
+        if held >= self.limits.queues_per_uid {
+            self.refused(crate::limits::Reason::QueuesPerUid);
+            return Err(Refusal::Limit {
+                what: format!("channel groups of process {pid}"),
+                limit: self.limits.queues_per_uid,
+                flag: "--max-queues-per-uid",
+            });
+        }
         let now = self.now();
         let group = RmGroup {
             pid,
@@ -192,6 +208,14 @@ impl State {
         {
             tracing::error!(%id, "RM task_destroy: {f}");
         }
+    }
+
+    /// Whether a client holds channel groups.
+    pub(super) fn rm_holds(&self, client: u64) -> bool {
+        self.rm
+            .by_client
+            .get(&client)
+            .is_some_and(|s| !s.is_empty())
     }
 
     /// A client is gone: the groups it did not free (it crashed, or was killed) are destroyed.

@@ -15,8 +15,15 @@ use std::time::{Duration, Instant};
 use xpreempt_core::QueueId;
 use xpreempt_ipc::shm::{HEARTBEAT, decode_report};
 
-/// How often an unconnected agent looks for a daemon.
+/// How often an unconnected agent looks for a daemon at first; after each failure it waits
+/// twice as long, up to [`RECONNECT_MAX`], so that a stopped daemon's backlog is not filled by
+/// every agent.
 const RECONNECT: Duration = Duration::from_millis(200);
+const RECONNECT_MAX: Duration = Duration::from_secs(3);
+
+/// How long the daemon may stop beating (`Header::daemon_beat`) while it holds one of this
+/// process's queues suspended before the agent gives up on it and schedules locally.
+pub(crate) const DAEMON_SILENCE: Duration = Duration::from_secs(2);
 
 pub(crate) struct Control;
 
@@ -43,6 +50,9 @@ fn run(inner: &Inner, spin: Duration) {
     // Spinning on the bell until then, while a queue may be preempted through the board.
     let mut hot_until = Instant::now();
     let mut exposed = false;
+    let mut backoff = RECONNECT;
+    // The daemon's beat as last seen, and when it moved.
+    let mut daemon_beat = (0u64, Instant::now());
     while !inner.shutdown.load(Ordering::SeqCst) {
         crate::sink::mirror_wants_work(inner);
         let connected = matches!(
@@ -50,10 +60,26 @@ fn run(inner: &Inner, spin: Duration) {
             Mode::Remote(_)
         );
         if !connected {
-            std::thread::sleep(RECONNECT);
+            sleep_unless_shutdown(inner, backoff);
+            if inner.shutdown.load(Ordering::SeqCst) {
+                break;
+            }
             match connect(inner) {
-                Ok(conn) => go_remote(inner, conn),
-                Err(e) => tracing::trace!(%e, "no daemon yet"),
+                Ok(conn) => {
+                    backoff = RECONNECT;
+                    daemon_beat = (0, Instant::now());
+                    go_remote(inner, conn);
+                }
+                // A daemon that does not answer is asked less and less often; one that is
+                // not there costs nothing to ask.
+                Err(e @ AgentError::Timeout(_)) => {
+                    backoff = (backoff * 2).min(RECONNECT_MAX);
+                    tracing::trace!(%e, "the daemon does not answer");
+                }
+                Err(e) => {
+                    backoff = RECONNECT;
+                    tracing::trace!(%e, "no daemon yet");
+                }
             }
             continue;
         }
@@ -73,7 +99,21 @@ fn run(inner: &Inner, spin: Duration) {
             publish_stats(inner);
             clear_stale_bits(inner);
             pay_owed_rings(inner);
-            if daemon_gone(inner) {
+            if let Some(why) = daemon_failed(inner, &mut daemon_beat) {
+                // A daemon closes a connection that holds no queue once it is idle: nothing
+                // to say then (the agent reconnects quietly).
+                if inner
+                    .lock_queues()
+                    .iter()
+                    .flatten()
+                    .any(|e| e.remote.is_some())
+                {
+                    tracing::warn!(
+                        "xpreempt daemon {why}; resuming this process's queues and scheduling locally"
+                    );
+                } else {
+                    tracing::debug!("xpreempt daemon {why}; reconnecting");
+                }
                 go_local(inner);
                 continue;
             }
@@ -114,7 +154,9 @@ fn apply_commands(inner: &Inner) -> Turn {
     let active = conn.board.as_ref().map_or(0, |(b, _)| b.active().load());
     let mut queues = inner.lock_queues();
     for (slot, entry) in queues.iter_mut().enumerate() {
-        let Some(e) = entry.as_mut() else { continue };
+        let Some(e) = entry.as_mut().filter(|e| e.remote.is_some()) else {
+            continue;
+        };
         let Some(s) = conn.segment.slot(slot as u32) else {
             continue;
         };
@@ -219,7 +261,47 @@ fn publish_stats(inner: &Inner) {
         s.resumes.store(st.resumes, Ordering::Relaxed);
         s.suspend_p99_ns
             .store(st.suspend_latency.summary().p99, Ordering::Relaxed);
+        s.suspend_latency.store(&st.suspend_latency);
+        s.resume_latency.store(&st.resume_latency);
     }
+}
+
+/// Sleeps `d` in short steps, so that a dropped agent does not wait out a long back-off.
+fn sleep_unless_shutdown(inner: &Inner, d: Duration) {
+    let until = Instant::now() + d;
+    while !inner.shutdown.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        std::thread::sleep((until - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// Why the daemon is to be given up on, if it is: its end of the socket closed, a request
+/// to it failed or ran out of time, or it stopped beating while it holds a queue suspended.
+fn daemon_failed(inner: &Inner, beat: &mut (u64, Instant)) -> Option<&'static str> {
+    let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
+    let Mode::Remote(conn) = &*mode else {
+        return None;
+    };
+    if conn.broken.load(Ordering::SeqCst) {
+        return Some("did not answer in time");
+    }
+    let now = conn.segment.header().daemon_beat.load(Ordering::SeqCst);
+    if now != beat.0 {
+        *beat = (now, Instant::now());
+    } else if beat.1.elapsed() >= DAEMON_SILENCE
+        && inner
+            .lock_queues()
+            .iter()
+            .flatten()
+            .any(|e| e.remote.is_some() && e.suspended)
+    {
+        return Some("stopped answering while it held a queue suspended");
+    }
+    drop(mode);
+    daemon_gone(inner).then_some("gone")
 }
 
 /// Whether the daemon's end of the socket has closed.
@@ -250,9 +332,13 @@ fn go_local(inner: &Inner) {
     let mut mode = inner.mode.write().unwrap_or_else(|p| p.into_inner());
     *mode = Mode::Local;
     let mut queues = inner.lock_queues();
-    tracing::warn!("xpreempt daemon gone; resuming this process's queues and scheduling locally");
     for (slot, entry) in queues.iter_mut().enumerate() {
         let Some(e) = entry.as_mut() else { continue };
+        if e.remote.is_none() {
+            // The daemon refused it or did not answer for it: it is local already.
+            inner.set_local_slot(slot, false);
+            continue;
+        }
         e.queue.set_refused(false);
         if e.suspended
             && let Err(err) = e.queue.resume()
@@ -287,11 +373,19 @@ fn go_remote(inner: &Inner, conn: Connection) {
     let mut mode = inner.mode.write().unwrap_or_else(|p| p.into_inner());
     let mut queues = inner.lock_queues();
     let mut registered = Vec::new();
+    for slot in 0..inner.local_slots.len() {
+        inner.set_local_slot(slot, false);
+    }
     for (slot, entry) in queues.iter_mut().enumerate() {
         let Some(e) = entry.as_mut() else { continue };
         let report = inner.reports[slot].load(Ordering::SeqCst);
         match register_remote(&conn, slot as u32, &e.decl, report) {
             Ok(remote) => registered.push((slot, remote)),
+            // This queue stays with the local scheduler; the others go to the daemon.
+            Err(AgentError::Refused(why)) => {
+                tracing::warn!(%why, "the daemon refused a queue; it stays local");
+                inner.set_local_slot(slot, true);
+            }
             Err(err) => {
                 tracing::warn!(%err, "registering with the daemon; staying local");
                 return;

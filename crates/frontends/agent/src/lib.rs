@@ -8,6 +8,13 @@
 //! once, and connects when a daemon appears. If the daemon dies, the agent resumes whatever the
 //! daemon held suspended at once and runs locally until it returns.
 //!
+//! The daemon never holds the application: connecting, the daemon's welcome and every answer
+//! (a registration, say) are awaited for at most `XPREEMPT_AGENT_TIMEOUT_MS` (default 100 ms).
+//! Past it the agent drops the connection and schedules locally, as with no daemon, says so
+//! once, and keeps trying in the background; a queue the daemon refuses (a limit of the
+//! daemon's, say) is scheduled locally too. A daemon that stops beating while it holds a queue
+//! suspended is given up on the same way (`DAEMON_SILENCE`).
+//!
 //! The fast path: the agents of one user share a board (`xpreempt_ipc::board`). A queue that
 //! gets work sets its bit there before its first launch and rings the agents of the queues it
 //! preempts, which stop them at once; going idle, it clears the bit and they resume if the
@@ -46,6 +53,10 @@ pub enum AgentError {
     TooManyQueues,
     #[error("the daemon refused: {0}")]
     Refused(String),
+    #[error("the daemon did not answer within {} ms (stopped, hung or overloaded)", .0.as_millis())]
+    Timeout(Duration),
+    #[error("the connection to the daemon failed earlier and is being replaced")]
+    Broken,
     #[error("the daemon answered with an unexpected message")]
     Unexpected,
     #[error("talking to the daemon")]
@@ -71,6 +82,9 @@ pub(crate) struct Connection {
     pub segment: Arc<Segment>,
     /// The user's board and this agent's bell on it (the fast path), if the daemon gave one.
     pub board: Option<(Arc<Board>, u32)>,
+    /// A request ran out of time: the stream may carry a late answer, so the connection is
+    /// given up (the control thread goes local and reconnects).
+    pub broken: AtomicBool,
 }
 
 impl Connection {
@@ -131,6 +145,9 @@ pub(crate) struct Inner {
     pub rings_owed: Vec<AtomicBool>,
     /// Each slot's bit on the board plus one (0: none), read on every submission.
     pub bits: Vec<AtomicU32>,
+    /// Slots scheduled locally while connected: the daemon refused the queue, or did not answer
+    /// when it registered.
+    pub local_slots: Vec<AtomicBool>,
     pub local: LocalScheduler,
     pub local_sink: xpreempt_core::xqueue::threaded::EventSink,
     /// Whether the scheduler in charge wants work reports (see `sink::mirror_wants_work`).
@@ -142,9 +159,26 @@ pub(crate) struct Inner {
     pub said_local: AtomicBool,
     /// How long the control thread keeps spinning after a fast-path preemption.
     pub hot: Duration,
+    /// The longest wait on the daemon (connect, welcome, each answer).
+    pub timeout: Duration,
+    /// Said once: a queue the daemon refused or did not answer for runs locally.
+    pub said_queue_local: AtomicBool,
 }
 
 impl Inner {
+    /// Whether `queue` is with the local scheduler although the agent is connected.
+    pub fn is_local_slot(&self, queue: QueueId) -> bool {
+        self.local_slots
+            .get(queue.0 as usize)
+            .is_some_and(|l| l.load(Ordering::SeqCst))
+    }
+
+    pub fn set_local_slot(&self, slot: usize, local: bool) {
+        if let Some(l) = self.local_slots.get(slot) {
+            l.store(local, Ordering::SeqCst);
+        }
+    }
+
     pub fn lock_queues(&self) -> MutexGuard<'_, Vec<Option<Entry>>> {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -156,8 +190,8 @@ pub struct Options {
     pub local_policy: String,
     pub name: String,
     /// How long the control thread spins on its doorbell before sleeping, when nothing makes
-    /// it hot (default: not at all; spinning agents changed nothing measurable,
-    /// bench/results/2026-11-23-h100-session5.md, run 8). For benchmarks.
+    /// it hot (default: not at all; spinning agents changed nothing measurable on an H100 host,
+    /// 2026-11-23). For benchmarks.
     pub spin: Duration,
     /// While a queue of this process has work and a higher queue of its user exists, the
     /// control thread spins on its bell instead of sleeping, for this long after the last
@@ -165,10 +199,13 @@ pub struct Options {
     /// [`DEFAULT_HOT`], 0: never): a higher queue's submission then stops this one without a
     /// wake-up, at the cost of a core while both are busy. Measured: without it the LC's p99 gap
     /// to the bench-only controller was +183.8 µs against +77.3 time-sliced and +87.9 against
-    /// +50.7 under MPS (bench/results/2026-11-24-h100-session20.md, call 11); in global mode the
-    /// fast path with it decided in 1.3 µs p50 against 34.9 without
-    /// (bench/results/2026-11-23-h100-global-mode-fast-path.md). For benchmarks and tests.
+    /// +50.7 under MPS (H100, driver 580.159.04, 2026-11-24); in global mode the fast path with
+    /// it decided in 1.3 µs p50 against 34.9 without (docs/results/daemon-latency.md). For
+    /// benchmarks and tests.
     pub hot: Duration,
+    /// The longest the agent waits on the daemon at each step (`XPREEMPT_AGENT_TIMEOUT_MS`,
+    /// default 100 ms); past it the process schedules its queues itself.
+    pub timeout: Duration,
 }
 
 pub use xpreempt_core::sched::DEFAULT_HOT;
@@ -188,6 +225,12 @@ impl Default for Options {
                 .unwrap_or_else(|| "process".into()),
             spin: Duration::ZERO,
             hot: DEFAULT_HOT,
+            timeout: Duration::from_millis(
+                std::env::var("XPREEMPT_AGENT_TIMEOUT_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(100),
+            ),
         }
     }
 }
@@ -211,6 +254,7 @@ impl Agent {
             reports: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             rings_owed: (0..SLOTS).map(|_| AtomicBool::new(false)).collect(),
             bits: (0..SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            local_slots: (0..SLOTS).map(|_| AtomicBool::new(false)).collect(),
             local_sink: local.sink(),
             wants_work: Arc::new(AtomicBool::new(false)),
             local,
@@ -219,6 +263,8 @@ impl Agent {
             shutdown: AtomicBool::new(false),
             said_local: AtomicBool::new(false),
             hot: options.hot,
+            timeout: options.timeout.max(Duration::from_millis(1)),
+            said_queue_local: AtomicBool::new(false),
         });
         match connect(&inner) {
             Ok(conn) => *inner.mode.write().unwrap_or_else(|p| p.into_inner()) = Mode::Remote(conn),
@@ -282,16 +328,29 @@ impl Agent {
             suspended: false,
             stale_bit: None,
         };
-        match &*mode {
-            Mode::Remote(conn) => {
-                let (remote, bit) = register_remote(conn, slot as u32, &entry.decl, 0)?;
+        let remote = match &*mode {
+            Mode::Remote(conn) => match register_remote(conn, slot as u32, &entry.decl, 0) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    say_queue_local(&self.inner, &e);
+                    None
+                }
+            },
+            Mode::Local => None,
+        };
+        match remote {
+            Some((remote, bit)) => {
                 entry.remote = Some(remote);
                 set_bit(&self.inner, slot, bit);
             }
-            Mode::Local => self
-                .inner
-                .local
-                .register(local_info(id, &entry.decl), entry.queue.clone())?,
+            // No daemon, or it refused or did not answer: the application runs all the same.
+            None => {
+                self.inner
+                    .set_local_slot(slot, matches!(&*mode, Mode::Remote(_)));
+                self.inner
+                    .local
+                    .register(local_info(id, &entry.decl), entry.queue.clone())?
+            }
         }
         drop(mode);
         queues[slot] = Some(entry);
@@ -312,6 +371,7 @@ impl Agent {
         else {
             return;
         };
+        self.inner.set_local_slot(queue.0 as usize, false);
         match (&*mode, entry.remote) {
             (Mode::Remote(conn), Some(remote)) => {
                 set_bit(&self.inner, queue.0 as usize, None);
@@ -345,9 +405,32 @@ pub(crate) fn local_info(id: QueueId, decl: &QueueDecl) -> QueueInfo {
     }
 }
 
-/// Connects, says hello as an agent and maps the segment the daemon hands over.
+/// A queue that the daemon refused, or did not answer for, is scheduled locally: said once.
+fn say_queue_local(inner: &Inner, why: &AgentError) {
+    if !inner.said_queue_local.swap(true, Ordering::SeqCst) {
+        tracing::warn!("the xpreempt daemon did not take a queue ({why}); it is scheduled locally");
+    }
+}
+
+/// An error of the socket, with a read or write that ran out of time said as such.
+fn timed(e: impl Into<AgentError>, limit: Duration) -> AgentError {
+    match e.into() {
+        AgentError::Io(io) if xpreempt_ipc::unix::is_timeout(&io) => AgentError::Timeout(limit),
+        AgentError::Frame(FrameError::Io(io)) if xpreempt_ipc::unix::is_timeout(&io) => {
+            AgentError::Timeout(limit)
+        }
+        e => e,
+    }
+}
+
+/// Connects, says hello as an agent and maps the segment the daemon hands over, all within
+/// the agent's timeout; later requests get the same bound each.
 pub(crate) fn connect(inner: &Inner) -> Result<Connection, AgentError> {
-    let mut stream = UnixStream::connect(&inner.socket)?;
+    let limit = inner.timeout;
+    let started = std::time::Instant::now();
+    let t = |e: AgentError| timed(e, limit);
+    let mut stream =
+        xpreempt_ipc::unix::connect_within(&inner.socket, limit).map_err(|e| t(e.into()))?;
     frame::write(
         &mut stream,
         &ClientMsg::Hello {
@@ -355,22 +438,32 @@ pub(crate) fn connect(inner: &Inner) -> Result<Connection, AgentError> {
             role: Role::Agent,
             name: inner.name.clone(),
         },
-    )?;
-    let bell = match frame::read::<DaemonMsg>(&mut stream)? {
+    )
+    .map_err(|e| t(e.into()))?;
+    let bell = match frame::read::<DaemonMsg>(&mut stream).map_err(|e| t(e.into()))? {
         DaemonMsg::Welcome { bell, .. } => bell,
         DaemonMsg::Refused { reason } => return Err(AgentError::Refused(reason)),
         _ => return Err(AgentError::Unexpected),
     };
-    let segment = Arc::new(Segment::open(recv_fd(&stream)?)?);
+    let segment = Arc::new(Segment::open(recv_fd(&stream).map_err(|e| t(e.into()))?)?);
     let board = match bell {
-        Some(bell) => Some((Arc::new(Board::open(recv_fd(&stream)?)?), bell))
-            .filter(|(b, bell)| b.bell(*bell).is_some()),
+        Some(bell) => Some((
+            Arc::new(Board::open(recv_fd(&stream).map_err(|e| t(e.into()))?)?),
+            bell,
+        ))
+        .filter(|(b, bell)| b.bell(*bell).is_some()),
         None => None,
     };
+    if started.elapsed() >= limit {
+        return Err(AgentError::Timeout(limit));
+    }
+    stream.set_read_timeout(Some(limit))?;
+    stream.set_write_timeout(Some(limit))?;
     Ok(Connection {
         stream: Mutex::new(stream),
         segment,
         board,
+        broken: AtomicBool::new(false),
     })
 }
 
@@ -418,8 +511,21 @@ pub(crate) fn register_remote(
     Ok((queue, bit))
 }
 
+/// One request and its answer, each awaited for at most the agent's timeout. A connection that
+/// failed once is not used again (an answer may still be on its way).
 pub(crate) fn request(conn: &Connection, msg: &ClientMsg) -> Result<DaemonMsg, AgentError> {
+    if conn.broken.load(Ordering::SeqCst) {
+        return Err(AgentError::Broken);
+    }
     let mut s = conn.stream.lock().unwrap_or_else(|p| p.into_inner());
-    frame::write(&mut *s, msg)?;
-    Ok(frame::read(&mut *s)?)
+    let limit = s
+        .read_timeout()
+        .ok()
+        .flatten()
+        .unwrap_or(Duration::from_millis(100));
+    let answer = frame::write(&mut *s, msg).and_then(|()| frame::read(&mut *s));
+    answer.map_err(|e| {
+        conn.broken.store(true, Ordering::SeqCst);
+        timed(e, limit)
+    })
 }

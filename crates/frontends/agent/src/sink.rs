@@ -59,7 +59,7 @@ pub(crate) fn publish(inner: &Inner, mode: &Mode, queue: QueueId, report: QueueR
     };
     store_newest(latest, word);
     match mode {
-        Mode::Remote(conn) => {
+        Mode::Remote(conn) if !inner.is_local_slot(queue) => {
             let Some(slot) = conn.segment.slot(queue.0) else {
                 return;
             };
@@ -83,7 +83,7 @@ pub(crate) fn publish(inner: &Inner, mode: &Mode, queue: QueueId, report: QueueR
                 ring_daemon(&conn.segment.header().to_daemon, slot.quiet(), owed);
             }
         }
-        Mode::Local => inner.local_sink.report(queue, report),
+        _ => inner.local_sink.report(queue, report),
     }
 }
 
@@ -152,7 +152,7 @@ impl Sink {
         };
         let mode = inner.mode.read().unwrap_or_else(|p| p.into_inner());
         match &*mode {
-            Mode::Remote(conn) => {
+            Mode::Remote(conn) if !inner.is_local_slot(queue) => {
                 if let Some(bit) = bit_of(&inner, queue)
                     && let Some((board, _)) = &conn.board
                     && let Some(slot) = conn.segment.slot(queue.0)
@@ -160,7 +160,7 @@ impl Sink {
                     remote(board, bit, &slot.report);
                 }
             }
-            Mode::Local => local(&*inner.local_sink, queue),
+            _ => local(&*inner.local_sink, queue),
         }
     }
 }
@@ -175,9 +175,12 @@ impl ReportSink for Sink {
             QueueReport::Ready { .. } | QueueReport::Idle { .. } => {
                 publish(&inner, &mode, queue, report)
             }
-            QueueReport::Retry | QueueReport::Submitted { .. } | QueueReport::Completed { .. } => {
+            QueueReport::Retry
+            | QueueReport::Submitted { .. }
+            | QueueReport::Completed { .. }
+            | QueueReport::Inherit { .. } => {
                 match &*mode {
-                    Mode::Remote(conn) => {
+                    Mode::Remote(conn) if !inner.is_local_slot(queue) => {
                         let remote = inner
                             .lock_queues()
                             .get(queue.0 as usize)
@@ -194,14 +197,20 @@ impl ReportSink for Sink {
                                 queue: remote,
                                 work: xpreempt_core::sched::Work::Completed { upto },
                             },
+                            QueueReport::Inherit { priority } => ClientMsg::Inherit {
+                                queue: remote,
+                                priority,
+                            },
                             _ => return,
                         };
                         let mut s = conn.stream.lock().unwrap_or_else(|p| p.into_inner());
                         if let Err(e) = frame::write(&mut *s, &msg) {
-                            tracing::debug!(%e, "report to the daemon lost; the control thread notices a dead daemon");
+                            // A write cut short leaves the stream mid-frame: not used again.
+                            conn.broken.store(true, Ordering::SeqCst);
+                            tracing::debug!(%e, "report to the daemon lost; the control thread gives the connection up");
                         }
                     }
-                    Mode::Local => inner.local_sink.report(queue, report),
+                    _ => inner.local_sink.report(queue, report),
                 }
             }
         }
@@ -240,6 +249,7 @@ impl ReportSink for Sink {
             return false;
         };
         match &*inner.mode.read().unwrap_or_else(|p| p.into_inner()) {
+            Mode::Remote(_) if inner.is_local_slot(queue) => false,
             Mode::Remote(conn) => conn
                 .segment
                 .slot(queue.0)

@@ -2,7 +2,7 @@
 //! (a file in /dev/shm mapped by both).
 //!
 //! This is the benchmark's own controller, not xpreempt's scheduler: scenarios that suspend the
-//! BE side through `lc_active` measure the preemption mechanism alone (`xpreempt bench lcbe`
+//! BE side through `lc_active` measure the preemption mechanism alone (`xpreempt-bench lcbe`
 //! labels them so).
 
 use crate::{BenchError, Result};

@@ -1,4 +1,4 @@
-//! Workloads of `xpreempt bench`: calibrated spin kernels, a saturating best-effort (BE) loop, a
+//! Workloads of `xpreempt-bench`: calibrated spin kernels, a saturating best-effort (BE) loop, a
 //! latency-critical (LC) request loop, and the preemption-latency probe. The CLI arranges them
 //! into scenarios (one process or two, native or through xpreempt).
 
@@ -42,7 +42,7 @@ pub enum Shape {
 /// of measuring it themselves: they start together, and a calibration kernel that shares the GPU
 /// with the other side's runs long, which makes that side's kernels short: under MPS, one start in
 /// six measured 3.3× too few iterations, and a BE was once reported at 1.6× its throughput alone
-/// (bench/results/2026-11-24-h100-session16.md, section 1).
+/// (H100, driver 580.159.04).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     /// With the GPU full (8 blocks of 256 per SM): BE kernels.

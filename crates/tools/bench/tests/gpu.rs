@@ -239,9 +239,23 @@ fn lv2_relaunch_skips_finished_blocks() {
     );
 }
 
+/// The `xpreempt-bench` binary: $XPREEMPT_BENCH_BIN, else the one beside $XPREEMPT_BIN (the
+/// `xpreempt` of a folder of release binaries copied to the GPU machine), else the one cargo built
+/// beside this test.
+fn bench_bin() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("XPREEMPT_BENCH_BIN") {
+        return p.into();
+    }
+    let built = std::path::PathBuf::from(env!("CARGO_BIN_EXE_xpreempt-bench"));
+    match std::env::var_os("XPREEMPT_BIN") {
+        Some(xp) => std::path::PathBuf::from(xp).with_file_name("xpreempt-bench"),
+        None => built,
+    }
+}
+
 /// Lv3: with this process's channel-group timeslice at the minimum, a progress kernel competing
-/// with a busy process stops; restored, it runs again. Runs `xpreempt bench lv3-probe` under the
-/// shim: set XPREEMPT_BIN and XPREEMPT_SHIM to the built binary and libxpreempt_shim.so.
+/// with a busy process stops; restored, it runs again. Runs `xpreempt-bench lv3-probe` under the
+/// shim: XPREEMPT_SHIM is libxpreempt_shim.so; the binary is found by [`bench_bin`].
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn lv3_descheduling_is_real() {
@@ -249,13 +263,13 @@ fn lv3_descheduling_is_real() {
         xpreempt_cuda::driver_present(),
         "no CUDA driver: this test needs a GPU"
     );
-    let bin = std::env::var("XPREEMPT_BIN").expect("XPREEMPT_BIN: path of the xpreempt binary");
+    let bin = bench_bin();
     let shim = std::env::var("XPREEMPT_SHIM").expect("XPREEMPT_SHIM: path of libxpreempt_shim.so");
     let out = std::process::Command::new(bin)
-        .args(["--json", "bench", "lv3-probe", "--window-ms", "300"])
+        .args(["--json", "lv3-probe", "--window-ms", "300"])
         .env("LD_PRELOAD", shim)
         .output()
-        .expect("run xpreempt");
+        .expect("run xpreempt-bench");
     assert!(
         out.status.success(),
         "lv3-probe failed: {}",

@@ -39,7 +39,7 @@ pub struct ModeReport {
     pub mode: &'static str,
     pub tasks: Vec<TaskReport>,
     /// Mean latency of the lowest-priority tasks over that of the highest-priority ones (the
-    /// seed's 延迟比: training ~80 ms / inference ~25 ms ≈ 3.2×); none when either tier
+    /// latency ratio: training ~80 ms / inference ~25 ms ≈ 3.2×); none when either tier
     /// completed nothing.
     pub latency_ratio: Option<f64>,
     pub preempt_latency_us: Percentiles,

@@ -1,7 +1,7 @@
 //! Plays a scenario on a fresh model under one mode and measures it.
 //!
 //! - `none`: applications write their rings directly; the hardware alone decides.
-//! - `scheme-a`: the same, plus the seed's monitor loop.
+//! - `scheme-a`: the same, plus Scheme A's in-kernel monitor loop.
 //! - `lv1`, `lv2`, `lv3`: Scheme B, the core scheduler and XQueues at that level.
 
 use crate::decisions::DecisionLog;
@@ -23,21 +23,23 @@ use xpreempt_core::{Level, Nanos, QueueConfig, QueueId};
 mod mode;
 pub use mode::{Mode, UnknownMode};
 
+/// Each variant's cause is its `source`, not part of its message: reporters print the chain, and
+/// a message that repeated it would print it twice.
 #[derive(Debug, Error)]
 pub enum RunError {
-    #[error("mode {mode}: setting up the model failed: {source}")]
+    #[error("mode {mode}: setting up the model failed")]
     Model {
         mode: Mode,
         #[source]
         source: xpreempt_amd::ModelError,
     },
-    #[error("mode {mode}: Scheme B: {source}")]
+    #[error("mode {mode}: Scheme B")]
     Scheduler {
         mode: Mode,
         #[source]
         source: SchemeBError,
     },
-    #[error("mode {mode}: a queue's launch window: {source}")]
+    #[error("mode {mode}: a queue's launch window")]
     Window {
         mode: Mode,
         #[source]
@@ -49,7 +51,7 @@ pub enum RunError {
     #[error("mode {mode}: the model is still shared after the run")]
     StillShared { mode: Mode },
     /// The scenario is not one the model can run (see [`Scenario::validate`]).
-    #[error("mode {mode}: {source}")]
+    #[error("mode {mode}")]
     Scenario {
         mode: Mode,
         #[source]

@@ -62,7 +62,7 @@ use xpreempt_core::{Nanos, Priority, ProcessId};
 mod arrival;
 pub use arrival::Arrival;
 
-/// The seed's train-vs-infer timeline; `xpreempt sim` runs it when given no file.
+/// The train-vs-infer timeline (inference preempting training); `xpreempt sim` runs it when given no file.
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../../scenarios/train-vs-infer.toml");
 
 /// Most tasks (queues) in one scenario.
@@ -87,8 +87,9 @@ pub const WORK_SLACK: u128 = 2;
 
 #[derive(Debug, Error)]
 pub enum ScenarioError {
+    /// Not a `source`: the message carries it, and an error reporter would print it twice.
     #[error("scenario is not valid TOML for this model: {0}")]
-    Parse(#[from] toml::de::Error),
+    Parse(toml::de::Error),
     #[error("scenario `{scenario}`: {reason}")]
     Invalid { scenario: String, reason: String },
     #[error("scenario `{scenario}`: {field} must be {requirement}, got {value:?}")]
@@ -115,6 +116,12 @@ pub enum ScenarioError {
         ns: u128,
         limit: Nanos,
     },
+}
+
+impl From<toml::de::Error> for ScenarioError {
+    fn from(e: toml::de::Error) -> Self {
+        Self::Parse(e)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -30,7 +30,7 @@ fn infer_latency(r: &SimReport, mode: &str) -> f64 {
         .expect("infer completed")
 }
 
-/// task_type_map as the seed's config tool would set it: infer (queue 1) LC, train (queue 0) BE.
+/// task_type_map as an operator would set it: infer (queue 1) LC, train (queue 0) BE.
 fn configured_maps() -> Vec<MapSnapshot> {
     let mut p = policy("lcbe");
     let m = p.map_mut("task_type_map").unwrap();

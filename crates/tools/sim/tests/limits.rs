@@ -23,6 +23,19 @@ fn parse_err(text: &str) -> String {
     }
 }
 
+/// An error with its causes, as a reporter prints it: a run's error names its mode and leaves the
+/// cause to its `source`.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 fn assert_names(err: &str, words: &[&str]) {
     for w in words {
         assert!(err.contains(w), "`{w}` missing from: {err}");
@@ -179,7 +192,7 @@ fn a_scenario_changed_after_parsing_is_checked_again_before_it_runs() {
             ..
         }
     ));
-    assert_names(&err.to_string(), &["lv3", "task `infer` arrival.at_us"]);
+    assert_names(&chain(&err), &["lv3", "task `infer` arrival.at_us"]);
     let mut s = Scenario::default_scenario().unwrap();
     s.tasks[0].kernels = u32::MAX;
     s.tasks[0].kernel.workgroups = 1 << 20;
@@ -187,7 +200,7 @@ fn a_scenario_changed_after_parsing_is_checked_again_before_it_runs() {
     let err = runner::run(&s, Mode::None, RunOptions::default())
         .err()
         .expect("refused");
-    assert_names(&err.to_string(), &["arrival.count × kernels", "limit"]);
+    assert_names(&chain(&err), &["arrival.count × kernels", "limit"]);
 }
 
 #[test]

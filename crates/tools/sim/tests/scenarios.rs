@@ -66,3 +66,52 @@ fn a_ring_smaller_than_the_work_or_the_window_still_runs_everything() {
         assert!(m.exactly_once, "{}: {:?}", m.mode, r.problems);
     }
 }
+
+/// The priority rule on the model: queues at one priority run together, so no mode stretches
+/// the makespan of running them without a scheduler (`none`), and none preempts anything.
+#[test]
+fn equal_priorities_finish_in_the_makespan_of_none() {
+    let s = load("equal-priorities.toml");
+    let (r, _) = simulate(&s, &Mode::ALL, &SimOptions::default()).unwrap();
+    let none = r
+        .modes
+        .iter()
+        .find(|m| m.mode == "none")
+        .unwrap()
+        .makespan_us;
+    for m in &r.modes {
+        assert!(
+            (m.makespan_us - none).abs() <= 0.02 * none,
+            "{}: makespan {} µs against none's {none} µs",
+            m.mode,
+            m.makespan_us
+        );
+        assert_eq!((m.preemptions, m.resumes), (0, 0), "{}", m.mode);
+    }
+}
+
+/// Equal replicas beside a lower queue: the replicas run together, the lower one is stopped
+/// for them and resumed afterwards.
+#[test]
+fn equal_replicas_share_while_a_lower_queue_waits() {
+    let mut text = std::fs::read_to_string(dir().join("equal-priorities.toml")).unwrap();
+    text += "\n[[tasks]]\nname = \"trainer\"\npriority = 1\nprocess = 3\nkernels = 40\n\
+             kernel = { workgroups = 640, wg_threads = 256, wg_us = 100.0, jitter = 0.0 }\n\
+             arrival = { at_us = 0.0 }\n";
+    let s = Scenario::parse(&text).unwrap();
+    let (r, _) = simulate(&s, &[Mode::Lv3], &SimOptions::default()).unwrap();
+    let lv3 = &r.modes[0];
+    let task = |n: &str| lv3.tasks.iter().find(|t| t.name == n).unwrap();
+    for n in ["replica-a", "replica-b"] {
+        let t = task(n);
+        assert!(
+            t.latency_us.unwrap() <= 1.1 * t.standalone_us.unwrap(),
+            "{n} waited behind its equal or the trainer: {t:?}"
+        );
+    }
+    assert!(
+        lv3.preemptions >= 1,
+        "the trainer is stopped for the replicas"
+    );
+    assert!(lv3.exactly_once, "{:?}", lv3.problems);
+}

@@ -150,4 +150,29 @@ fn a_timeline_of_many_copies_stops_at_the_row_limit() {
         words.contains(&format!("and {} more tasks", 50 - MAX_ROWS)),
         "{words}"
     );
+    // The count sits on a line of its own: below the axis's labels (10 px type on a baseline at
+    // `y`), above the picture's bottom edge, and clear of every other text.
+    let texts = elements(&doc, "text");
+    let y = |n: &Node| n.attribute("y").unwrap().parse::<f64>().unwrap();
+    let note = texts
+        .iter()
+        .find(|t| t.attribute("class") == Some("not-drawn"))
+        .expect("the not-drawn note");
+    let height: f64 = doc
+        .root_element()
+        .attribute("height")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(y(note) <= height - 4.0, "note at {} of {height}", y(note));
+    for t in texts.iter().filter(|t| *t != note) {
+        let gap = (y(note) - y(t)).abs();
+        assert!(
+            gap >= 11.0,
+            "the note (y {}) overlaps `{}` (y {})",
+            y(note),
+            t.text().unwrap_or(""),
+            y(t)
+        );
+    }
 }

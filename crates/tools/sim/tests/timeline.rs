@@ -1,4 +1,4 @@
-//! The seed's train-vs-infer timeline, reproduced by the default scenario under all five modes.
+//! The train-vs-infer timeline, reproduced by the default scenario under all five modes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

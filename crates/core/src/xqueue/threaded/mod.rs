@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use xpreempt_hal::{HalError, HwQueue};
-use xpreempt_types::{Command, Nanos, QueueId, Seq};
+use xpreempt_types::{Command, Nanos, Priority, QueueId, Seq};
 
 /// Where a queue reports (the scheduler's inbox). Never called while the queue's lock is held.
 pub trait ReportSink: Send + Sync {
@@ -107,6 +107,8 @@ struct Inner<H: HwQueue> {
     stops_ahead: bool,
     epoch: Instant,
     sink: Option<EventSink>,
+    /// The priorities of the calls in [`SharedXQueue::wait_launched_for`] now.
+    waiters: Mutex<Vec<Priority>>,
 }
 
 /// What the process does on a completion watcher's thread as it ends, after it let go of its
@@ -156,6 +158,7 @@ where
             stops_ahead,
             epoch: Instant::now(),
             sink,
+            waiters: Mutex::new(Vec::new()),
         });
         let watcher_inner = Arc::clone(&inner);
         let watcher = std::thread::Builder::new()
@@ -376,6 +379,41 @@ where
                 .wait_timeout(q, Duration::from_millis(1))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+        }
+    }
+}
+
+impl<H> SharedXQueue<H>
+where
+    H: HwQueue + Send + Sync + 'static,
+    H::Payload: Send + 'static,
+{
+    /// [`Self::wait_launched`] for work of priority `waiter` that must follow this queue's
+    /// buffered commands: meanwhile the queue inherits that priority (the highest of all such
+    /// waits under way), so that it is not left stopped on behalf of a queue that the waiter
+    /// outranks or equals — the circular wait in which the waiter would wait for itself.
+    pub fn wait_launched_for(&self, waiter: Priority) {
+        if self.pending_len() == 0 {
+            return;
+        }
+        self.set_waiter(Some(waiter), None);
+        self.wait_launched();
+        self.set_waiter(None, Some(waiter));
+    }
+
+    fn set_waiter(&self, add: Option<Priority>, remove: Option<Priority>) {
+        // Reported under the waiters' lock, so that the reports of two threads arrive in the
+        // order of their changes (a late report would leave a stale inheritance behind).
+        let mut w = self.inner.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        let before = w.iter().copied().max();
+        w.extend(add);
+        if let Some(i) = remove.and_then(|r| w.iter().position(|&p| p == r)) {
+            w.swap_remove(i);
+        }
+        let after = w.iter().copied().max();
+        if before != after {
+            self.inner
+                .report(self.id, QueueReport::Inherit { priority: after });
         }
     }
 }

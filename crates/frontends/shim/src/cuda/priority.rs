@@ -5,7 +5,7 @@
 //! one. The legacy default stream, where PyTorch works unless told otherwise, has the lowest
 //! priority and cannot get another. (Running its graphs on a private stream of the process's
 //! priority changed nothing measurable on the PyTorch pair and trio on an H100,
-//! bench/results/2026-11-23-h100-session13.md, and was removed.)
+//! docs/results/h100-pytorch.md, and was removed.)
 
 use super::driver::{self, SUCCESS};
 use super::settings::settings;

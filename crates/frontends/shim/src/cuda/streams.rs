@@ -525,7 +525,7 @@ pub fn order_before(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
             let ctx = q.ctx;
             // Not its own buffer: its queue keeps that order, and a wait for it cost a
             // backlogged PyTorch training a fifth of its throughput (H100, window 16: 0.80 of
-            // native with the wait, 0.98 without; bench/results/2026-11-23-h100-session12.md).
+            // native with the wait, 0.98 without).
             drain_where(|o| o.ctx == ctx && !o.non_blocking && !o.legacy);
         }
         Some(q) if !q.non_blocking => {

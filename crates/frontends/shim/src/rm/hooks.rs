@@ -1,4 +1,4 @@
-//! The seed's four hooks at the NVIDIA driver's own events, fired from the interposed `ioctl`:
+//! The four hooks at the NVIDIA driver's own events, fired from the interposed `ioctl`:
 //!
 //! | libcuda's call (seen here) | hook | applied with |
 //! |---|---|---|

@@ -1,4 +1,4 @@
-//! The application never observes the shim's pending buffer (issue 10, point 3): without a GPU,
+//! The application never observes the shim's pending buffer: without a GPU,
 //! a simulated device behind a stand-in `libcuda.so.1` (`tests/sim/driver`: every stream a FIFO
 //! run by a device thread, kernels that run for a given time or until their gate opens, events,
 //! the legacy stream's implicit synchronization, stream capture, a log of what ran when) and a

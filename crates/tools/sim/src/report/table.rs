@@ -5,7 +5,7 @@ use super::{Distribution, SimReport, us};
 use crate::runner::ModeRun;
 use std::fmt::Write;
 
-/// Scheme A's monitor statistics (the seed's checks, inversions, preemptions, resumes).
+/// Scheme A's monitor statistics (checks, inversions, preemptions, resumes).
 pub fn monitor_lines(runs: &[ModeRun]) -> String {
     let mut s = String::new();
     for r in runs {

@@ -17,6 +17,8 @@ const LEFT: f64 = 120.0;
 const RIGHT: f64 = 980.0;
 const ROW: f64 = 16.0;
 const BAR: f64 = 10.0;
+/// Height of the line under a panel's axis that counts the tasks not drawn.
+const NOTE: f64 = 14.0;
 /// Lower tiers' colours, after the top tier's red.
 const TIER_COLOURS: [&str; 6] = [
     "#d62728", "#1f77b4", "#9467bd", "#8c564b", "#17becf", "#bcbd22",
@@ -27,7 +29,13 @@ pub fn timeline(scenario: &Scenario, runs: &[ModeRun]) -> String {
     let end = runs.iter().map(|r| r.end).max().unwrap_or(0);
     let x = Axis::fit(0.0, end as f64 / 1e6, LEFT, RIGHT);
     let rows = scenario.tasks.len().min(MAX_ROWS);
-    let panel = 30.0 + rows as f64 * ROW + 24.0;
+    // A panel that leaves tasks out says so on a line of its own, under the axis's labels.
+    let note = if scenario.tasks.len() > rows {
+        NOTE
+    } else {
+        0.0
+    };
+    let panel = 30.0 + rows as f64 * ROW + 24.0 + note;
     let height = 70.0 + panel * runs.len() as f64 + 20.0;
     let title = format!(
         "{} (seed {}): which queue ran when",
@@ -161,8 +169,8 @@ fn panel_of(
     if scenario.tasks.len() > rows {
         let _ = writeln!(
             s,
-            r##"<text x="10" y="{:.1}" font-size="10" fill="#555555">… and {} more tasks not drawn</text>"##,
-            bottom + 12.0,
+            r##"<text class="not-drawn" x="{LEFT}" y="{:.1}" font-size="10" fill="#555555">… and {} more tasks not drawn</text>"##,
+            bottom + 12.0 + NOTE,
             scenario.tasks.len() - rows
         );
     }
