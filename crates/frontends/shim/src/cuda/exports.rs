@@ -6,6 +6,7 @@
 
 use super::driver::{CUresult, ERROR_NOT_INITIALIZED, ERROR_NOT_READY, Handle, SUCCESS};
 use super::launch;
+use super::ordering;
 use super::priority;
 use super::real::Real;
 use super::streams::{self, CAPTURES};
@@ -58,7 +59,7 @@ macro_rules! forward {
         }
     };
     ($name:ident($($a:ident),*) stream $s:ident, ptsz $p:expr) => {
-        forward!(@wrap $name($($a),*) before streams::before_direct($s as Handle, $p), after ());
+        forward!(@wrap $name($($a),*) before ordering::before_direct($s as Handle, $p), after ());
     };
     // An asynchronous copy: ordered as any direct call and, in pass-through mode, observed as
     // work on its stream (`launch::observed`), as a launch is.
@@ -67,7 +68,7 @@ macro_rules! forward {
         pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
             let real = real!($name);
             super::exit_report::serving(stringify!($name));
-            let _ = std::panic::catch_unwind(|| streams::before_direct($s as Handle, $p));
+            let _ = std::panic::catch_unwind(|| ordering::before_direct($s as Handle, $p));
             super::exit_report::served();
             let r = call_real!(real, $($a),*);
             std::panic::catch_unwind(|| launch::observed($s as Handle, $p, r)).unwrap_or(r)
@@ -78,10 +79,10 @@ macro_rules! forward {
             after launch::forget_layouts());
     };
     ($name:ident($($a:ident),*) unload) => {
-        forward!(@wrap $name($($a),*) before streams::drain_all(), after launch::forget_layouts());
+        forward!(@wrap $name($($a),*) before ordering::drain_all(), after launch::forget_layouts());
     };
     ($name:ident($($a:ident),*) drain_all) => {
-        forward!(@wrap $name($($a),*) before streams::drain_all(), after ());
+        forward!(@wrap $name($($a),*) before ordering::drain_all(), after ());
     };
 }
 
@@ -338,7 +339,7 @@ macro_rules! stream_sync {
         pub unsafe extern "C" fn $name(s: usize) -> CUresult {
             let real = real!($name);
             loop {
-                let seen = std::panic::catch_unwind(|| streams::before_sync(s as Handle, $p))
+                let seen = std::panic::catch_unwind(|| ordering::before_sync(s as Handle, $p))
                     .ok()
                     .flatten();
                 let r = call_real!(real, s);
@@ -380,7 +381,7 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
         if !streams::active() {
             return SUCCESS;
         }
-        streams::drain_all();
+        ordering::drain_all();
         let ctx = super::driver::current_ctx() as usize;
         streams::all()
             .iter()
@@ -444,7 +445,7 @@ macro_rules! begin_capture {
         pub unsafe extern "C" fn $name(s: usize, $($a: usize),*) -> CUresult {
             let real = real!($name);
             let _ = std::panic::catch_unwind(|| {
-                streams::before_direct(s as Handle, $p);
+                ordering::before_direct(s as Handle, $p);
                 streams::quiesce();
             });
             CAPTURES.fetch_add(1, Ordering::SeqCst);

@@ -2,6 +2,7 @@
 //! so that a buffered launch does not depend on memory the application reuses after the call.
 
 use super::driver::{self, CUresult, Handle, SUCCESS};
+use super::ordering;
 use super::real::Real;
 use super::stream::{CuError, Deferred, GuardValues, submitting};
 use super::streams::{self, StreamQueue};
@@ -319,13 +320,13 @@ pub fn stream_op(
 /// Where a launch goes: through the queue (`Some`), or straight to the driver.
 fn route(intercept: bool, stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
     if !intercept || !streams::active() || streams::capturing(stream) {
-        streams::before_direct(stream, ptsz);
+        ordering::before_direct(stream, ptsz);
         return None;
     }
     let q = streams::queue(stream, ptsz);
     match &q {
-        Some(q) => streams::order_before(stream, ptsz, Some(q)),
-        None => streams::before_direct(stream, ptsz),
+        Some(q) => ordering::order_before(stream, ptsz, Some(q)),
+        None => ordering::before_direct(stream, ptsz),
     }
     q
 }

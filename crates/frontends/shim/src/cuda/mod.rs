@@ -4,7 +4,8 @@
 //! - [`resolve`]: `dlsym` and `cuGetProcAddress` hand out the shim's wrappers;
 //! - [`exports`]: the wrappers, under libcuda's names;
 //! - [`launch`]: kernel and graph launches become XQueue commands ([`hal`], made of [`stream`]);
-//! - [`streams`]: a stream's queue, and the ordering rules every other call follows;
+//! - [`streams`]: a stream's queue; [`ordering`]: what every other call waits for, and on
+//!   whose behalf;
 //! - [`observe`]: pass-through mode, where queues only observe; [`lv2`]: guard-built kernels
 //!   stopped by a flag and relaunched ([`guard`] recognizes them); [`lv3`]: the process's timeslice;
 //! - [`priority`]: the stream priority of the process's work;
@@ -24,6 +25,7 @@ mod launch;
 mod lv2;
 mod lv3;
 mod observe;
+mod ordering;
 mod priority;
 pub mod real;
 mod resolve;

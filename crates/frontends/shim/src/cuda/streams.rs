@@ -1,8 +1,8 @@
 //! Each CUstream an application uses (per context for the legacy default stream) becomes an
 //! XQueue registered with the agent. Kernel and graph launches go through the queue (buffered
 //! while the scheduler holds it, launched on the caller's thread otherwise); every other
-//! operation goes straight to the driver once the commands it must follow have been launched,
-//! so the application never observes the buffering.
+//! operation goes straight to the driver once the commands it must follow have been launched
+//! (`ordering`), so the application never observes the buffering.
 
 use super::driver::{
     self, CtxGuard, Handle, STREAM_LEGACY, STREAM_NON_BLOCKING, STREAM_PER_THREAD, SUCCESS,
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use xpreempt_agent::{Agent, Declaration, Options};
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
-use xpreempt_core::{Hints, Level, QueueConfig};
+use xpreempt_core::{Hints, Level, Priority, QueueConfig};
 
 pub struct StreamQueue {
     pub xq: Arc<SharedXQueue<StreamHal>>,
@@ -26,6 +26,9 @@ pub struct StreamQueue {
     /// reach the driver from that thread alone (`launch::owner_launch`): a launch waits while
     /// the queue is suspended instead of leaving the call buffered.
     pub per_thread: bool,
+    /// The priority the queue was declared with (the process's): what a call on its stream
+    /// lends the queues it waits for (`ordering`).
+    pub priority: Priority,
     /// The queue may hold buffered commands: only such queues are waited for on behalf of
     /// other streams, so a launch does not visit every queue of the process.
     held: AtomicBool,
@@ -45,14 +48,30 @@ impl StreamQueue {
     /// Waits until everything submitted so far has been handed to the driver.
     #[track_caller]
     pub fn wait_launched(&self) {
+        self.wait(None);
+    }
+
+    /// [`Self::wait_launched`] on behalf of another stream's call of priority `waiter`, which the
+    /// queue inherits while its buffered commands wait.
+    #[track_caller]
+    pub fn wait_launched_for(&self, waiter: Priority) {
+        self.wait(Some(waiter));
+    }
+
+    #[track_caller]
+    fn wait(&self, waiter: Option<Priority>) {
         let started = super::exit_report::start(|| self.xq.pending_len() > 0);
         let site = std::panic::Location::caller();
-        self.xq.wait_launched();
+        let launched = || match waiter {
+            Some(p) => self.xq.wait_launched_for(p),
+            None => self.xq.wait_launched(),
+        };
+        launched();
         // Kernels stopped at Lv2 are launched again only by the resume; meanwhile nothing may
         // follow them on the device.
         while !self.xq.hal().admit_direct() {
             std::thread::sleep(super::stream::poll_nap());
-            self.xq.wait_launched();
+            launched();
         }
         // Cleared before looking again: a command another thread buffers meanwhile (it marks
         // the queue after buffering) leaves the queue marked.
@@ -378,6 +397,7 @@ fn make(stream: Handle, kind: Kind, ctx: usize) -> Option<Arc<StreamQueue>> {
             legacy: kind == Kind::Legacy,
             non_blocking: flags & STREAM_NON_BLOCKING != 0,
             per_thread,
+            priority: s.priority,
             held: AtomicBool::new(false),
         })),
         Err(e) => {
@@ -489,11 +509,10 @@ pub fn quiesce() {
     }
 }
 
-/// Waits for the queues matching `f` that may hold buffered commands (none, usually: then this
-/// neither allocates nor takes a queue's lock).
-#[track_caller]
-fn drain_where(f: impl Fn(&StreamQueue) -> bool) {
-    let held: Vec<Arc<StreamQueue>> = queues()
+/// The queues matching `f` that may hold buffered commands (none, usually: then this neither
+/// allocates nor takes a queue's lock), for a call that must wait for them (`ordering`).
+pub fn held_where(f: impl Fn(&StreamQueue) -> bool) -> Vec<Arc<StreamQueue>> {
+    queues()
         .as_ref()
         .map(|m| {
             m.values()
@@ -502,97 +521,7 @@ fn drain_where(f: impl Fn(&StreamQueue) -> bool) {
                 .cloned()
                 .collect()
         })
-        .unwrap_or_default();
-    for q in held {
-        q.wait_launched();
-    }
-}
-
-/// Before `stream` gets work that bypasses its queue (or before its queue gets more work): the
-/// commands CUDA orders it after are handed to the driver first. The legacy default stream
-/// follows every blocking stream of its context and they follow it; a per-thread default
-/// stream is blocking too.
-pub fn order_before(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
-    if !active() {
-        return;
-    }
-    if is_per_thread(stream, ptsz) {
-        let ctx = driver::current_ctx() as usize;
-        return drain_where(|q| q.legacy && q.ctx == ctx);
-    }
-    match own {
-        Some(q) if q.legacy => {
-            let ctx = q.ctx;
-            // Not its own buffer: its queue keeps that order, and a wait for it cost a
-            // backlogged PyTorch training a fifth of its throughput (H100, window 16: 0.80 of
-            // native with the wait, 0.98 without).
-            drain_where(|o| o.ctx == ctx && !o.non_blocking && !o.legacy);
-        }
-        Some(q) if !q.non_blocking => {
-            let ctx = q.ctx;
-            drain_where(|o| o.legacy && o.ctx == ctx);
-        }
-        _ => {}
-    }
-}
-
-/// Before a direct call on `stream`: its own queue and what it is ordered after are launched.
-pub fn before_direct(stream: Handle, ptsz: bool) {
-    if !active() {
-        return;
-    }
-    let own = existing(stream, ptsz);
-    if let Some(q) = &own {
-        q.wait_launched();
-    }
-    order_after_others(stream, ptsz, own.as_deref());
-}
-
-/// What a direct call on `stream` is ordered after, beyond its own queue: `order_before`, and
-/// for a stream without a queue yet that is a context's legacy stream, the context's blocking
-/// streams.
-fn order_after_others(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
-    order_before(stream, ptsz, own);
-    if own.is_none() && !is_per_thread(stream, ptsz) {
-        let s = stream as usize;
-        if s == 0 || s == STREAM_LEGACY {
-            let ctx = driver::current_ctx() as usize;
-            drain_where(|o| o.ctx == ctx && !o.non_blocking);
-        }
-    }
-}
-
-/// Before a synchronize of `stream`: what `before_direct` does, except that the stream's own
-/// queue keeps its guarded kernels stoppable (a synchronize adds no work behind them). Returns
-/// that queue and its Lv2 generation: if a stop came while the driver waited, the synchronize
-/// returned early and must be made again (`StreamHal::stopped_since`).
-pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)> {
-    if !active() {
-        return None;
-    }
-    let own = existing(stream, ptsz);
-    let seen = own.as_ref().map(|q| {
-        let started = super::exit_report::start(|| q.xq.pending_len() > 0);
-        let generation = loop {
-            q.xq.wait_launched();
-            if let Some(generation) = q.xq.hal().admit_sync() {
-                break generation;
-            }
-            std::thread::sleep(super::stream::poll_nap());
-        };
-        super::exit_report::done(started, std::panic::Location::caller());
-        generation
-    });
-    order_after_others(stream, ptsz, own.as_deref());
-    own.zip(seen)
-}
-
-/// Before a synchronous call (copies, frees, unloads, context teardown): everything buffered
-/// anywhere in the process goes out.
-pub fn drain_all() {
-    if active() {
-        drain_where(|_| true);
-    }
+        .unwrap_or_default()
 }
 
 /// A launch on `stream` while a capture is active goes straight to the driver.

@@ -264,7 +264,12 @@ impl Proc {
 
     /// Waits for the next line the application prints, which must be `want`.
     pub fn expect(&mut self, want: &str) {
-        match self.lines.recv_timeout(RUN_LIMIT) {
+        self.expect_within(want, RUN_LIMIT);
+    }
+
+    /// [`Self::expect`], for at most `limit`.
+    pub fn expect_within(&mut self, want: &str, limit: Duration) {
+        match self.lines.recv_timeout(limit) {
             Ok(line) => {
                 assert_eq!(line, want, "{}: {}", self.label, self.stderr());
                 self.stdout.push(line);
@@ -273,7 +278,7 @@ impl Proc {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 panic!(
-                    "{}: no '{want}' line; stderr: {}",
+                    "{}: no '{want}' line within {limit:?}; stderr: {}",
                     self.label,
                     self.stderr()
                 );
