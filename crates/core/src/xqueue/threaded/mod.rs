@@ -5,7 +5,10 @@
 //! `synchronize` (never while holding the lock) to open the window, to notice when the queue goes
 //! idle, and to drain a Lv1 suspension; it sleeps while the queue is idle.
 
+mod lend;
 mod watcher;
+
+pub use lend::Lent;
 
 use super::{QueueOpError, SubmitError, XQueue};
 use crate::sched::{QueueControl, QueueReport};

@@ -62,16 +62,21 @@ impl StreamQueue {
     fn wait(&self, waiter: Option<Priority>) {
         let started = super::exit_report::start(|| self.xq.pending_len() > 0);
         let site = std::panic::Location::caller();
-        let launched = || match waiter {
+        match waiter {
             Some(p) => self.xq.wait_launched_for(p),
             None => self.xq.wait_launched(),
-        };
-        launched();
+        }
         // Kernels stopped at Lv2 are launched again only by the resume; meanwhile nothing may
-        // follow them on the device.
-        while !self.xq.hal().admit_direct() {
-            std::thread::sleep(super::stream::poll_nap());
-            launched();
+        // follow them on the device, and the waiter's priority stays lent, the buffer empty or not.
+        if !self.xq.hal().admit_direct() {
+            let _lent = waiter.map(|p| self.xq.lend(p));
+            loop {
+                std::thread::sleep(super::stream::poll_nap());
+                self.xq.wait_launched();
+                if self.xq.hal().admit_direct() {
+                    break;
+                }
+            }
         }
         // Cleared before looking again: a command another thread buffers meanwhile (it marks
         // the queue after buffering) leaves the queue marked.
