@@ -63,18 +63,20 @@ void rotation(void) {
 void nonblocking_exempt(void) {
     CUstream n = new_stream(CU_STREAM_NON_BLOCKING), n2 = new_stream(CU_STREAM_NON_BLOCKING);
     /* The legacy stream does not wait for a non-blocking stream: its kernel runs while the
-     * non-blocking stream's gated kernel (and what the shim holds behind it) still waits. */
+     * non-blocking stream's gated kernel (and what the shim holds behind it) still waits. The
+     * gated kernel cannot end before its release; under random suspensions it may not even have
+     * reached the device yet, so the check is that it has not ended. */
     K(n, 1, 0, F_GATE, 0);
     K(n, 2, 0, 0, 0);
     K(0, 3, 0, 0, 0);
     CHECK(cu.StreamSynchronize(0));
-    EXPECT(cu.state(3) == DONE && cu.state(1) == RUNNING, "the legacy stream waited for a non-blocking stream");
+    EXPECT(cu.state(3) == DONE && cu.state(1) != DONE, "the legacy stream waited for a non-blocking stream");
     /* Nor does a non-blocking stream wait for the legacy stream. */
     K(0, 4, 0, F_GATE, 0);
     K(0, 5, 0, 0, 0);
     K(n2, 6, 0, 0, 0);
     CHECK(cu.StreamSynchronize(n2));
-    EXPECT(cu.state(6) == DONE && cu.state(4) == RUNNING, "a non-blocking stream waited for the legacy stream");
+    EXPECT(cu.state(6) == DONE && cu.state(4) != DONE, "a non-blocking stream waited for the legacy stream");
     cu.release(1);
     cu.release(4);
     CHECK(cu.CtxSynchronize());
