@@ -3,6 +3,7 @@
 # a child that leaves with exit() runs CUDA's exit handlers, which hang on any lock a thread of
 # the parent held at the fork. Prints one JSON line per level and exits 1 on any hang or failure.
 #   XP=/path/xpreempt SEEDS=24 LEVELS="1 3" bash bench/run-fork-chaos.sh
+# (the shim beside XP must be built with `--features chaos`: random suspensions are test machinery)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 XP=${XP:?path of the xpreempt binary}

@@ -8,13 +8,17 @@
 # OUT_DIR [default: $OUT, else gpu-results] receives log.txt and every step's JSON, SVG and text.
 # The binaries come from BIN [default: target/release]: xpreempt, libxpreempt_shim.so and the
 # benchmarks' binary xpreempt-bench; the test binaries
-# from GPU_TESTS [default: $BIN/gpu-tests] and CUDA_CONFORMANCE [default: $BIN/cuda-conformance].
+# from GPU_TESTS [default: $BIN/gpu-tests], CUDA_CONFORMANCE [default: $BIN/cuda-conformance] and
+# SHIM_CONFORMANCE [default: $BIN/shim-conformance] (the HAL conformance suite against the shim's HAL).
 # The GPU machine needs no Rust toolchain: build elsewhere and copy BIN's files over. Test
 # binaries get a hashed name, which cargo prints as "Executable ... (path)":
-#   cargo build --release -p xpreempt-cli -p xpreempt-shim -p xpreempt-bench
+#   cargo build --release -p xpreempt-cli -p xpreempt-shim -p xpreempt-bench --features xpreempt-shim/chaos
+# (the chaos feature: the conformance and fork-chaos steps inject random suspensions, test
+# machinery that a product shim leaves out; it does nothing unless XPREEMPT_CHAOS is set)
 #   exe() { sed -n 's/^ *Executable .*(\(.*\))$/\1/p'; }
 #   cp "$(cargo test --release -p xpreempt-bench --test gpu --no-run 2>&1 | exe)" target/release/gpu-tests
 #   cp "$(cargo test --release -p xpreempt-cuda --test conformance --no-run 2>&1 | exe)" target/release/cuda-conformance
+#   cp "$(cargo test --release -p xpreempt-shim --test gpu_conformance --no-run 2>&1 | exe)" target/release/shim-conformance
 #
 # STEPS picks what runs, in order [default: info tests latency lcbe mps]:
 #   info lv3 tests latency smoke sched lcbe lcbe-persistent mps mps-persistent   one run each
@@ -38,6 +42,7 @@ R=$OUT
 BIN=${BIN:-$ROOT/target/release}
 GPU_TESTS=${GPU_TESTS:-$BIN/gpu-tests}
 CUDA_CONFORMANCE=${CUDA_CONFORMANCE:-$BIN/cuda-conformance}
+SHIM_CONFORMANCE=${SHIM_CONFORMANCE:-$BIN/shim-conformance}
 cd "$ROOT"
 exec > >(tee "$OUT/log.txt") 2>&1
 NV=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libnvrtc.so*' 2>/dev/null | head -1)")
@@ -104,12 +109,13 @@ lv3)
   LD_PRELOAD=$SHIM XPREEMPT_SHIM_LOG=1 timeout 60 $BENCH lv3-probe --out $R/lv3-probe.json ;;
 tests)
   XPREEMPT_BIN=$XP XPREEMPT_SHIM=$SHIM timeout 180 $GPU_TESTS --ignored --test-threads=1 --nocapture 2>&1 | tee $R/gpu-tests.txt
-  timeout 120 $CUDA_CONFORMANCE --ignored --test-threads=1 --nocapture 2>&1 | tee $R/cuda-conformance.txt ;;
+  timeout 120 $CUDA_CONFORMANCE --ignored --test-threads=1 --nocapture 2>&1 | tee $R/cuda-conformance.txt
+  timeout 120 $SHIM_CONFORMANCE --ignored --test-threads=1 --nocapture 2>&1 | tee $R/shim-conformance.txt ;;
 daemon)
   # Global mode's decision latency (CPU only) on this idle 16-core machine: 2, 8, 64 clients.
-  for n in 2 8 64; do for spin in 50 500; do
-    timeout 120 $BENCH_DAEMON --json --clients $n --samples ${SAMPLES:-3000} --spin-us $spin --out $R/bench-daemon-c$n-s$spin.json > /dev/null || echo "bench-daemon $n $spin failed"
-  done; done
+  for n in 2 8 64; do
+    timeout 120 $BENCH_DAEMON --json --clients $n --samples ${SAMPLES:-3000} --out $R/bench-daemon-c$n.json > /dev/null || echo "bench-daemon $n failed"
+  done
   cat $R/bench-daemon-*.json ;;
 request)
   # What the stack adds to a stand-in request (CPU only), each path three times, interleaved.

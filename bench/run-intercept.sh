@@ -5,7 +5,8 @@
 # conformance suite (tests/cuda-apps) natively and under the shim.
 #
 # The GPU machine needs no Rust toolchain: build elsewhere and copy BIN's files over,
-#   cargo build --release -p xpreempt-cli -p xpreempt-shim -p xpreempt-daemon
+#   cargo build --release -p xpreempt-cli -p xpreempt-shim -p xpreempt-daemon --features xpreempt-shim/chaos
+#   (chaos: the torch and apps steps inject random suspensions, test machinery)
 #   STEPS="overhead torch apps kill" bash bench/run-intercept.sh [OUT_DIR]
 # BIN [default: target/release] holds xpreempt, xpreemptd and libxpreempt_shim.so; OUT_DIR
 # [default: $OUT, else intercept-results] receives the results.

@@ -55,39 +55,22 @@ XP_RUN_ARGS = {"xp_lv1": ["--level", "1"], "xp_lv3": ["--level", "3"], "xp_mps":
 
 
 def base_mode(mode):
-    """An xpreempt mode may carry variants: `xp_lv1+linger500+bewindow4` is xp_lv1 with
-    `xpreempt run --idle-linger-us 500` for every process and `--window 4` for the training;
+    """An xpreempt mode may carry variants: `xp_lv1+bewindow4` is xp_lv1 with `--window 4` for
+    the training;
     `+midwindow16` gives the trio's medium process `--window 16` (above priority 0 it runs
     unthrottled, so its in-flight work may delay the high process it is preempted by);
     `xp_mps+beclientnormal` runs the training at MPS client priority 0 (normal), where
     `xpreempt run` would put a priority-0 program below normal; `+midclientlow` runs the trio's
-    medium process below normal too, so that its graph's blocks yield SMs to the high's;
-    `+graphproxy1` runs the CUDA graphs that processes above priority 0 launch on the legacy stream
-    at their stream priority (XPREEMPT_GRAPH_PROXY=1);
-    `+besyncN`, `+bepollN` and `+befeed0` set the shim's XPREEMPT_SYNC_EVERY /
-    XPREEMPT_POLL_US / XPREEMPT_FEED_ON_SUBMIT for the training."""
+    medium process below normal too, so that its graph's blocks yield SMs to the high's."""
     return mode.split("+", 1)[0]
-
-
-# Variants that set one of the shim's environment knobs for the training: prefix -> variable.
-BE_ENV_VARIANTS = {"besync": "XPREEMPT_SYNC_EVERY", "bepoll": "XPREEMPT_POLL_US", "befeed": "XPREEMPT_FEED_ON_SUBMIT"}
-
-
-def be_env_variant(part):
-    """(variable, value) of a variant such as `besync1`, else None."""
-    for prefix, var in BE_ENV_VARIANTS.items():
-        value = part[len(prefix):]
-        if part.startswith(prefix) and value.isdigit():
-            return var, value
-    return None
 
 
 def variant_args(mode, role="high"):
     args = []
     for part in mode.split("+")[1:]:
-        if part in ("beclientnormal", "midclientlow", "graphproxy1") or be_env_variant(part):
+        if part in ("beclientnormal", "midclientlow"):
             continue  # an environment setting: Env.process_env
-        for prefix, flag, roles in (("linger", "--idle-linger-us", None), ("bewindow", "--window", ["low"]),
+        for prefix, flag, roles in (("bewindow", "--window", ["low"]),
                                     ("midwindow", "--window", ["medium"])):
             value = part[len(prefix):]
             if part.startswith(prefix) and value.isdigit():
@@ -95,7 +78,7 @@ def variant_args(mode, role="high"):
                     args += [flag, value]
                 break
         else:
-            raise ValueError(f"mode {mode}: unknown variant {part} (known: linger<US>, bewindow<N>, midwindow<N>, besync<N>, bepoll<US>, befeed<0|1>, beclientnormal, midclientlow, graphproxy1)")
+            raise ValueError(f"mode {mode}: unknown variant {part} (known: bewindow<N>, midwindow<N>, beclientnormal, midclientlow)")
     return args
 
 
@@ -185,13 +168,8 @@ class Env:
         variants = self.variant.split("+")[1:]
         if "beclientnormal" in variants and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "0"
-        for var, value in filter(None, map(be_env_variant, variants)):
-            if role == "low":
-                env[var] = value
         if "midclientlow" in variants and role == "medium":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
-        if "graphproxy1" in variants:
-            env["XPREEMPT_GRAPH_PROXY"] = "1"
         if self.mode == "mps_prio" and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"  # below normal; the others stay at 0 (normal)
         if self.mode == "mps70" and role == "low":

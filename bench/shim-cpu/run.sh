@@ -7,9 +7,8 @@
 # "requests": 3000 requests of 10 launches and a stream synchronize, 1 ms apart (LC requests
 # on a 2 µs-per-kernel virtual device), p50/p90/p99 µs.
 # "backlog" (second argument): how fast a backlogged low-priority stream's window (16 commands) is
-# fed, natively and under the shim with and without its submissions refilling the window
-# (XPREEMPT_FEED_ON_SUBMIT=0: the completion watcher alone), on the legacy stream and a created
-# one, with 0 and 1 µs of host work per launch.
+# fed, natively and under the shim, on the legacy stream and a created one, with 0 and 1 µs of
+# host work per launch.
 #   cargo build --release -p xpreempt-shim && bash bench/shim-cpu/run.sh [ROUNDS] [backlog]
 set -eu -o pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -22,11 +21,10 @@ gcc -O2 -o "$W/launch_loop" "$HERE/launch_loop.c" -ldl
 if [ "${2:-}" = backlog ]; then
   shim=(LD_PRELOAD="$SHIM" XPREEMPT_INTERCEPT=1 XPREEMPT_PRIORITY=0 XPREEMPT_SOCKET="$W/no-daemon.sock")
   for round in $(seq "${1:-3}"); do
-    for regime in native default watcher-fed; do
+    for regime in native default; do
       case $regime in
         native) env=() ;;
         default) env=("${shim[@]}") ;;
-        watcher-fed) env=("${shim[@]}" XPREEMPT_FEED_ON_SUBMIT=0) ;;
       esac
       for stream in legacy created; do
         for host_ns in 0 1000; do

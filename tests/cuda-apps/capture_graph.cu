@@ -205,9 +205,7 @@ int main() {
   // 7. A graph replayed on the legacy default stream, as PyTorch replays its graphs, alternating
   //    with kernels on a blocking stream: each launch follows the blocking stream's work before it
   //    and the blocking stream's next kernel follows the launch (the legacy stream's implicit
-  //    synchronization), so the doubling and the graph's +3 alternate in order. (Under the shim
-  //    above priority 0 with XPREEMPT_GRAPH_PROXY=1 the graph runs on a private stream between
-  //    two events.)
+  //    synchronization), so the doubling and the graph's +3 alternate in order.
   {
     cudaStream_t blocking;
     CK(cudaStreamCreate(&blocking));

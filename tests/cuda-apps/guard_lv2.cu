@@ -1,7 +1,7 @@
 // Guard-built kernels of an unmodified application (xpreempt_guard.cuh, Lv2 through the shim).
 //
 // The kernels are marked with XP_GUARD_MARK and launched with the placeholders XP_GUARD_NONE:
-// natively (and at Lv1/Lv3) they run as plain kernels; under `xpreempt run --level 2` the shim
+// natively (and at Lv1) they run as plain kernels; under `xpreempt run --level 2` or `--level 3` the shim
 // fills in the guard parameters, and a suspension (XPREEMPT_CHAOS) stops them between blocks and
 // relaunches them for exactly their missing blocks. Each block spins, then adds to its own slice
 // (not idempotent) and counts its runs: every count must end at 1 and the data must match the
@@ -122,8 +122,10 @@ int main() {
   unsigned long long relaunched = shim_counter("xpreempt_shim_cuda_relaunched");
   unsigned long long ahead = shim_counter("xpreempt_shim_cuda_stopped_ahead");
   note("guarded launches %llu, relaunches %llu, stops ahead %llu", guarded, relaunched, ahead);
-  // Under the shim at Lv2 the kernels must have been recognized (natively: nothing to check).
-  bool lv2 = env_is("XPREEMPT_INTERCEPT", "1") && env_is("XPREEMPT_LEVEL", "2") && !env_is("XPREEMPT_PASS_THROUGH", "1");
-  check(!lv2 || guarded > 0, "guard_params_filled_at_lv2", "no guarded launch got its guard parameters");
+  // Under the shim at Lv2 and Lv3 (which adds to Lv2) the kernels must have been recognized
+  // (natively: nothing to check).
+  bool lv2 = env_is("XPREEMPT_INTERCEPT", "1") && (env_is("XPREEMPT_LEVEL", "2") || env_is("XPREEMPT_LEVEL", "3")) &&
+             !env_is("XPREEMPT_PASS_THROUGH", "1");
+  check(!lv2 || guarded > 0, "guard_params_filled_at_lv2_and_lv3", "no guarded launch got its guard parameters");
   return finish();
 }

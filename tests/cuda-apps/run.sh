@@ -11,7 +11,8 @@
 #   XPREEMPT_SHIM   path of libxpreempt_shim.so: without XPREEMPT_BIN, shim runs set LD_PRELOAD and
 #                   XPREEMPT_INTERCEPT/XPREEMPT_LEVEL/XPREEMPT_PASS_THROUGH themselves
 #   LEVELS          levels to run under the shim (default "1 2 3")
-#   CHAOS_SEEDS     seeds for XPREEMPT_CHAOS=<seed>:<period_us> runs at every level (default "1 2 3")
+#   CHAOS_SEEDS     seeds for XPREEMPT_CHAOS=<seed>:<period_us> runs at every level (default "1 2 3");
+#                   they need a shim built with `--features chaos` (checked before anything runs)
 #   CHAOS_PERIOD_US mean period of injected suspend/resume (default 500)
 #   XP_RUN_ARGS     extra arguments for `xpreempt run` (e.g. "--priority 5")
 #   PROGRAMS        subset of programs to build and run (default: all)
@@ -31,6 +32,13 @@ ARCH=${CUDA_ARCH:-native}
 ALL_PROGRAMS="sync_query wait_event default_stream per_thread memory_ops teardown driver_api launch_ex
 capture_graph hostfunc_order mempool exit_pending threads fork_after_init guard_lv2 priority_chain"
 PROGRAMS=${PROGRAMS:-$ALL_PROGRAMS}
+# Random suspensions are test machinery, in a shim built with `--features chaos` only.
+SHIM_FILE=${XPREEMPT_SHIM:-${XPREEMPT_BIN:+$(dirname "${XPREEMPT_BIN}")/libxpreempt_shim.so}}
+if [ -n "$CHAOS_SEEDS" ] && [ -n "$SHIM_FILE" ] && ! grep -q xpreempt_shim_test_lv3_lowered "$SHIM_FILE"; then
+  echo "CHAOS_SEEDS given, but $SHIM_FILE was built without the chaos feature:" >&2
+  echo "  cargo build --release -p xpreempt-shim --features chaos (or CHAOS_SEEDS= to skip them)" >&2
+  exit 2
+fi
 mkdir -p "$BUILD" "$RESULTS/logs"
 export TMPDIR=${TMPDIR:-/tmp}
 # nvcc and the CUDA libraries the programs link (libnvrtc) from the toolkit, where not on the path.

@@ -21,23 +21,14 @@ pub struct Args {
     /// [default: 1 when the daemon owns MPS, else 3]
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     pub level: Option<u8>,
-    /// Launches go straight to the driver; xpreempt only observes and preempts with Lv3.
+    /// Launches go straight to the driver; xpreempt only observes and preempts with Lv3 (the
+    /// process's timeslice), so it takes no --level and no daemon that owns MPS, where the
+    /// process has no timeslice of its own.
     #[arg(long)]
     pub pass_through: bool,
     /// Most commands a stream keeps in flight [default: the shim's, by priority].
     #[arg(long)]
     pub window: Option<u32>,
-    /// How long a stream whose work all completed still counts as busy, in µs: a program that
-    /// launches in bursts with CPU gaps between them (eager PyTorch) then holds lower queues
-    /// stopped across its gaps instead of letting them run and stopping them again at each one.
-    /// [default: the shim's]
-    #[arg(long)]
-    pub idle_linger_us: Option<u64>,
-    /// How long after a launch returned a stream whose work all completed still counts as busy,
-    /// in µs (0: off): a burst whose first kernel completes before the next launch then does not
-    /// let lower queues run in between. [default: 0]
-    #[arg(long)]
-    pub burst_gap_us: Option<u64>,
     /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock,
     /// else /run/xpreempt/xpreempt.sock].
     #[arg(long)]
@@ -113,7 +104,7 @@ pub fn find_scheduler(socket: &Path) -> Scheduler {
     }
 }
 
-pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler, driver: Driver) -> Plan {
+pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler, driver: Driver) -> Result<Plan> {
     let mut env = Vec::new();
     let mut notes = Vec::new();
     if driver == Driver::Missing {
@@ -154,6 +145,24 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler, driver: Driver) -> 
             None
         }
     };
+    if args.pass_through {
+        if let Some(l) = args.level.filter(|&l| l < 3) {
+            bail!(
+                "--pass-through launches every kernel straight to the driver, so only level 3 (the \
+                 process's timeslice) can preempt it; --level {l} would do nothing. Leave out \
+                 --level, or leave out --pass-through to gate launches (level 1) and stop guarded \
+                 kernels (level 2)"
+            );
+        }
+        if let Some(pipe) = &mps_pipe {
+            bail!(
+                "--pass-through cannot preempt over the daemon's MPS ({pipe}): MPS clients run in \
+                 the MPS server's channel groups, so the program has no timeslice of its own (level \
+                 3), and pass-through holds nothing back. Leave out --pass-through (launch gating \
+                 and stream priorities work over MPS), or run it beside a daemon without --mps"
+            );
+        }
+    }
     let level = match (args.level, &mps_pipe) {
         (Some(l), _) => l,
         (None, Some(_)) => 1,
@@ -184,13 +193,7 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler, driver: Driver) -> 
     if let Some(w) = args.window {
         env.push(("XPREEMPT_WINDOW", w.to_string().into()));
     }
-    if let Some(us) = args.idle_linger_us {
-        env.push(("XPREEMPT_IDLE_LINGER_US", us.to_string().into()));
-    }
-    if let Some(us) = args.burst_gap_us {
-        env.push(("XPREEMPT_BURST_GAP_US", us.to_string().into()));
-    }
-    Plan { env, notes }
+    Ok(Plan { env, notes })
 }
 
 /// The shim: `--shim`/`$XPREEMPT_SHIM`, else the first of [`shim_candidates`] that exists.
@@ -245,7 +248,7 @@ pub fn run(args: &Args) -> Result<()> {
         .clone()
         .unwrap_or_else(xpreempt_ipc::default_socket);
     let scheduler = find_scheduler(&socket);
-    let plan = plan(args, &shim, &scheduler, Driver::probe());
+    let plan = plan(args, &shim, &scheduler, Driver::probe())?;
     if !args.quiet {
         for n in &plan.notes {
             eprintln!("xpreempt run: {n}");
@@ -304,7 +307,7 @@ mod tests {
             socket: "/s".into(),
             mps_pipe: Some("/s.mps/pipe".into()),
         };
-        let p = plan(&a, Path::new("/lib/shim.so"), &mps, Driver::Present);
+        let p = plan(&a, Path::new("/lib/shim.so"), &mps, Driver::Present).unwrap();
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("1"));
         assert_eq!(get(&p, "XPREEMPT_PRIORITY"), Some("-3"));
         assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), Some("/s.mps/pipe"));
@@ -317,39 +320,62 @@ mod tests {
                 Path::new("/s.so"),
                 &mps,
                 Driver::Present,
-            );
+            )
+            .unwrap();
             assert_eq!(get(&high, "CUDA_MPS_CLIENT_PRIORITY"), None);
         }
         let local = Scheduler::Local {
             socket: "/s".into(),
             why: "none".into(),
         };
-        let p = plan(&a, Path::new("/lib/shim.so"), &local, Driver::Present);
+        let p = plan(&a, Path::new("/lib/shim.so"), &local, Driver::Present).unwrap();
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("3"));
         assert_eq!(get(&p, "CUDA_MPS_PIPE_DIRECTORY"), None);
         assert_eq!(get(&p, "CUDA_MPS_CLIENT_PRIORITY"), None);
         assert!(p.notes[0].contains("no daemon"), "{:?}", p.notes);
-        assert_eq!(get(&p, "XPREEMPT_IDLE_LINGER_US"), None);
-        assert_eq!(get(&p, "XPREEMPT_BURST_GAP_US"), None);
-        let a = args(&[
-            "--level",
-            "2",
-            "--pass-through",
-            "--window",
-            "4",
-            "--idle-linger-us",
-            "250",
-            "--burst-gap-us",
-            "0",
-            "--",
-            "x",
-        ]);
-        let p = plan(&a, Path::new("/lib/shim.so"), &mps, Driver::Present);
+        let a = args(&["--level", "2", "--window", "4", "--", "x"]);
+        let p = plan(&a, Path::new("/lib/shim.so"), &mps, Driver::Present).unwrap();
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("2"));
-        assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), Some("1"));
+        assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), None);
         assert_eq!(get(&p, "XPREEMPT_WINDOW"), Some("4"));
-        assert_eq!(get(&p, "XPREEMPT_IDLE_LINGER_US"), Some("250"));
-        assert_eq!(get(&p, "XPREEMPT_BURST_GAP_US"), Some("0"));
+        let a = args(&["--pass-through", "--", "x"]);
+        let p = plan(&a, Path::new("/lib/shim.so"), &local, Driver::Present).unwrap();
+        assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("3"));
+        assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), Some("1"));
+    }
+
+    #[test]
+    fn pass_through_is_refused_where_it_could_not_preempt() {
+        let local = Scheduler::Local {
+            socket: "/s".into(),
+            why: "none".into(),
+        };
+        let mps = Scheduler::Daemon {
+            socket: "/s".into(),
+            mps_pipe: Some("/s.mps/pipe".into()),
+        };
+        let shim = Path::new("/lib/shim.so");
+        for level in ["1", "2"] {
+            let a = args(&["--pass-through", "--level", level, "--", "x"]);
+            let e = plan(&a, shim, &local, Driver::Present)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("--level {level} would do nothing")),
+                "{e}"
+            );
+        }
+        let a = args(&["--pass-through", "--level", "3", "--", "x"]);
+        assert!(plan(&a, shim, &local, Driver::Present).is_ok());
+        for line in [
+            &["--pass-through", "--", "x"][..],
+            &["--pass-through", "--level", "3", "--", "x"],
+        ] {
+            let e = plan(&args(line), shim, &mps, Driver::Present)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("cannot preempt over the daemon's MPS"), "{e}");
+        }
     }
 
     #[test]
@@ -364,7 +390,7 @@ mod tests {
             why: "none".into(),
         };
         for s in [&daemon, &local] {
-            let p = plan(&a, Path::new("/lib/shim.so"), s, Driver::Missing);
+            let p = plan(&a, Path::new("/lib/shim.so"), s, Driver::Missing).unwrap();
             assert!(
                 p.notes[0].starts_with("nothing will be intercepted: no CUDA driver found"),
                 "{:?}",
@@ -378,7 +404,7 @@ mod tests {
                 p.notes
             );
         }
-        let p = plan(&a, Path::new("/lib/shim.so"), &daemon, Driver::Present);
+        let p = plan(&a, Path::new("/lib/shim.so"), &daemon, Driver::Present).unwrap();
         assert!(
             !p.notes
                 .iter()

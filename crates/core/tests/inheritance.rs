@@ -81,3 +81,23 @@ fn without_inheritance_the_waiter_waits_behind_the_middle_queue() {
         "plain wait_launched is the inversion inheritance removes"
     );
 }
+
+#[test]
+fn a_loan_lasts_while_its_guard_lives_and_ends_with_it() {
+    let lent = middle_done_when_the_wait_returns(|low| {
+        let _lent = low.lend(9);
+        low.wait_launched();
+    });
+    assert!(
+        lent < MIDDLE_KERNELS / 2,
+        "the low queue waited for {lent} of the middle queue's {MIDDLE_KERNELS} kernels"
+    );
+    let returned = middle_done_when_the_wait_returns(|low| {
+        drop(low.lend(9));
+        low.wait_launched();
+    });
+    assert_eq!(
+        returned, MIDDLE_KERNELS,
+        "a loan taken back still raised the low queue"
+    );
+}

@@ -27,15 +27,6 @@ pub struct Args {
     /// How long a client may stay silent while it has work before the watchdog lets the others run.
     #[arg(long, default_value_t = 500)]
     pub watchdog_ms: u64,
-    /// How long a fast-path thread spins before sleeping (µs): longer answers sooner and costs
-    /// CPU while clients are active.
-    #[arg(long, env = "XPREEMPT_DAEMON_SPIN_US", default_value_t = 50)]
-    pub spin_us: u64,
-    /// Turn the fast path off: every suspension and resumption waits for the daemon's decision
-    /// (agents of one user otherwise stop the queues they preempt themselves, through a shared
-    /// board, and the daemon confirms).
-    #[arg(long, env = "XPREEMPT_NO_FAST_PATH", value_parser = clap::builder::BoolishValueParser::new())]
-    pub no_fast_path: bool,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
@@ -145,8 +136,6 @@ impl Args {
             bail!("--watchdog-ms must be at least 1");
         }
         c.watchdog = Duration::from_millis(self.watchdog_ms);
-        c.spin = Duration::from_micros(self.spin_us);
-        c.fast_path = !self.no_fast_path;
         if let Some(addr) = self.metrics
             && !addr.ip().is_loopback()
         {

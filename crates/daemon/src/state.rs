@@ -119,16 +119,16 @@ pub struct State {
 }
 
 impl State {
-    /// `fast_path`: agents of one user share a board and act on the policy's order before the
-    /// daemon decides ([`fast`]).
-    pub fn new(make_scheduler: SchedulerFactory, fast_path: bool) -> Self {
+    /// Agents of one user share a board and act on the policy's order before the daemon
+    /// decides ([`fast`]).
+    pub fn new(make_scheduler: SchedulerFactory) -> Self {
         Self {
             devices: BTreeMap::new(),
             queues: BTreeMap::new(),
             clients: BTreeMap::new(),
             make_scheduler,
             rm: rm::RmState::default(),
-            boards: fast::Boards::new(fast_path),
+            boards: fast::Boards::default(),
             epoch: Instant::now(),
             next_queue: 0,
             next_client: 1,

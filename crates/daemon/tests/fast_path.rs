@@ -70,15 +70,6 @@ fn a_higher_queue_stops_and_restarts_a_lower_one_through_the_board_without_the_d
     );
 }
 
-#[test]
-fn without_the_fast_path_a_stopped_daemon_stops_nobody() {
-    let (suspended, _) = high_submits_while_the_daemon_is_stopped("noboard", &["--no-fast-path"]);
-    assert!(
-        !suspended,
-        "something other than the daemon suspended the low queue"
-    );
-}
-
 fn wakeups(op: &mut Operator) -> u64 {
     match op.ask(&ClientMsg::Stats) {
         DaemonMsg::Stats(s) => s.fast_path_wakeups,

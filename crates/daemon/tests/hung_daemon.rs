@@ -8,8 +8,9 @@ mod common;
 use common::*;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use xpreempt_core::HwQueue;
+use xpreempt_agent::Declaration;
 use xpreempt_core::xqueue::threaded::Preemptible;
+use xpreempt_core::{Hints, HwQueue, Level, QueueConfig};
 use xpreempt_ipc::msg::Role;
 use xpreempt_ipc::operator::{Operator as Op, OperatorError};
 
@@ -88,12 +89,26 @@ fn a_queue_registered_while_the_daemon_is_stopped_runs_locally_then_moves_to_it(
 #[test]
 fn a_queue_a_stopped_daemon_holds_suspended_runs_again() {
     let sock = socket("stopped-hold");
-    // Without the fast path only the daemon's word could end the suspension.
-    let d = DaemonProcess::start(&sock, &["--no-fast-path"]);
+    // EDF has no preemptive order for agents to act on by themselves (no fast path): only the
+    // daemon's word suspends the low queue, and only its word could end that suspension.
+    let d = DaemonProcess::start(&sock, &["--policy", "edf"]);
     let dev = Device::new();
     let (a, b) = (agent(&sock, "low"), agent(&sock, "high"));
     let low = queue(&a, &dev, 1);
-    let high = queue(&b, &dev, 10);
+    let urgent = Declaration {
+        hints: Hints {
+            deadline_ns: Some(1),
+            ..Hints::default()
+        },
+        ..decl(10)
+    };
+    let high = b
+        .queue(
+            urgent,
+            QueueConfig::new(4, 2, Level::Lv2).unwrap(),
+            dev.dev.create_queue(Level::Lv2),
+        )
+        .expect("queue registers");
     for _ in 0..20 {
         low.submit(kernel(1, 1_000_000)).unwrap();
     }

@@ -9,19 +9,15 @@
 //! threads, so a backend keeps its own interior locking (or none, where its driver is
 //! thread-safe).
 
-#![deny(unsafe_code)] // `placement` alone makes system calls
+#![deny(unsafe_code)]
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 #[cfg(feature = "reference")]
 pub mod faulty;
-pub mod lv2;
-pub mod nvidia;
 pub mod observed;
-pub mod placement;
 #[cfg(feature = "reference")]
 pub mod reference;
-pub mod stop_gate;
 pub mod sync_events;
 
 pub use xpreempt_types::{Command, Launched, Level, Seq};
@@ -136,16 +132,6 @@ pub trait HwQueue {
     /// operations are synchronous keep the default.
     fn settled(&self) -> bool {
         true
-    }
-
-    /// Called on a completion watcher's thread as it ends, after it let go of the queue and
-    /// before the thread's own teardown (thread-local destructors, a driver library's among
-    /// them). A backend whose library must not see a thread tear down across a fork (libcuda)
-    /// holds forks off from here.
-    fn watcher_ending()
-    where
-        Self: Sized,
-    {
     }
 
     // ---- Lv2 ----

@@ -16,7 +16,7 @@ use xpreempt_types::{Command, Op};
 /// `stream` is a live stream of the current context, and `k` keeps the contract of [`Kernel`]:
 /// its function is loaded and takes exactly `leading.len() + k.nargs` parameters of at most
 /// 8 bytes, so the driver reads only the argument slots filled in here.
-pub(crate) unsafe fn launch_on(
+pub unsafe fn launch_on(
     stream: cudarc::driver::sys::CUstream,
     k: &Kernel,
     leading: &mut [u64],

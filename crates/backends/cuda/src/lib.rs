@@ -9,6 +9,9 @@
 //! - [`native`]: plain streams, events and host-mapped words for work beside the HAL (the
 //!   baselines and probes of `xpreempt-bench`), as safe owners of the driver handles.
 //! - [`mps`] tells an MPS client from a time-sliced context.
+//! - What the CUDA shim (`xpreempt-shim`) shares with [`queue::CudaQueue`]: Lv2's bookkeeping
+//!   ([`flight`]) and stop-ahead gate ([`stop_gate`]), the completion watcher's CPU
+//!   ([`placement`]) and the driver version check ([`nvidia`]).
 //!
 //! A HAL backend: it depends on `xpreempt-types` and `xpreempt-hal` only, never on the scheduler.
 //! libcuda is loaded at run time: everything builds and the unit tests run without a GPU;
@@ -18,18 +21,23 @@
 
 pub mod driver;
 pub mod error;
+pub mod flight;
 pub mod kernel;
 mod launch;
 mod lv2;
 pub mod lv3;
 pub mod mps;
 pub mod native;
+pub mod nvidia;
 pub mod nvrtc;
+pub mod placement;
 pub mod queue;
+pub mod stop_gate;
 pub mod timeslice;
 
 pub use driver::{Device, driver_present};
 pub use error::CudaError;
 pub use kernel::Kernel;
+pub use launch::launch_on;
 pub use native::{Event, HostWord, Stream};
 pub use queue::{CudaQueue, CudaQueueConfig};

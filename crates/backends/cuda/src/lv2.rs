@@ -8,22 +8,22 @@
 //! drains like Lv1.
 //!
 //! A stop ahead (`stop_ahead`) sets the flag before the queue's lock, through the gate of
-//! `xpreempt_hal::stop_gate`, so that a stop need not wait for a launch under way; the deactivate
+//! `xpreempt_cuda::stop_gate`, so that a stop need not wait for a launch under way; the deactivate
 //! that follows takes it over.
 //!
 //! `reactivate` clears the flag and relaunches the stopped kernels (finished blocks skip
 //! themselves). It may fail part-way; the queue then stays `Flagged` and remembers how far it
 //! got (`Relaunch`), so that a retry relaunches exactly what is missing: nothing twice, nothing
 //! skipped, and the watermark stays frozen until every stopped kernel is running again. The pure
-//! bookkeeping (`Flight`, `flag_is_safe`, `relaunch_stopped`) is `xpreempt_hal::lv2`, shared with
+//! bookkeeping (`Flight`, `flag_is_safe`, `relaunch_stopped`) is `xpreempt_cuda::flight`, shared with
 //! the shim's Lv2.
 
 use crate::error::{CudaError, Result, cu};
+pub(crate) use crate::flight::Relaunch;
+use crate::flight::{flag_is_safe, relaunch_stopped};
 use crate::kernel::Kernel;
 use crate::queue::{CudaQueue, Inner, Stop};
-pub(crate) use xpreempt_hal::lv2::Relaunch;
-use xpreempt_hal::lv2::{flag_is_safe, relaunch_stopped};
-use xpreempt_hal::stop_gate::Closed;
+use crate::stop_gate::Closed;
 use xpreempt_types::{Launched, Seq};
 
 impl CudaQueue {

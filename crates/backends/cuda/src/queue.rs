@@ -8,16 +8,17 @@
 
 use crate::driver::{Device, DeviceBuffer};
 use crate::error::{CudaError, Result, cu};
+use crate::flight::{Flight, flag_is_safe, is_clean};
 use crate::kernel::Kernel;
 use crate::lv2::Relaunch;
 use crate::lv3::Lv3Control;
+use crate::placement;
+use crate::stop_gate::{Closed, StopGate};
 use cudarc::driver::sys;
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex, MutexGuard};
-use xpreempt_hal::lv2::{Flight, flag_is_safe, is_clean};
-use xpreempt_hal::stop_gate::{Closed, StopGate};
-use xpreempt_hal::{HalError, HwQueue, placement};
+use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, Launched, Level, Op, Seq};
 
 /// Settings of one CUDA queue.
@@ -109,7 +110,7 @@ pub struct CudaQueue {
     pub(crate) gate: StopGate,
     pub(crate) done: DeviceBuffer,
     lv3: Option<Arc<Lv3Control>>,
-    /// Where the application's thread last launched (`xpreempt_hal::placement`).
+    /// Where the application's thread last launched (`crate::placement`).
     launcher_cpu: AtomicI32,
 }
 

@@ -4,9 +4,9 @@
 //! clear error and the queue falls back to Lv2/Lv1.
 
 use crate::error::{CudaError, Result};
+use crate::nvidia::{DriverError, check_loaded_driver};
 use std::ffi::{CStr, c_void};
 use thiserror::Error;
-use xpreempt_hal::nvidia::{MEASURED_BRANCH, VERSION_FILE, is_measured, kernel_module_version};
 /// What libcuda sets by itself (measured), restored after an interrupt.
 pub const DEFAULT_TIMESLICE_US: u64 = 2048;
 /// The smallest timeslice we ask for while interrupted.
@@ -14,31 +14,14 @@ pub const MIN_TIMESLICE_US: u64 = 1;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum Lv3Unavailable {
-    #[error("cannot read the driver version ({0})")]
-    NoVersion(String),
-    #[error(
-        "driver {0} is not a measured version ({MEASURED_BRANCH}x); set XPREEMPT_LV3_FORCE=1 to try anyway"
-    )]
-    Untested(String),
+    #[error(transparent)]
+    Driver(#[from] DriverError),
     #[error("the ioctl shim is not loaded (LD_PRELOAD=libxpreempt_shim.so)")]
     NoShim,
     #[error(
         "the shim has not seen a compute channel group of this process ({0} RM allocations seen; create the CUDA context first)"
     )]
     NoChannelGroup(u64),
-}
-
-/// Whether Lv3 may run on this driver.
-pub fn check_driver(version_text: Option<&str>, force: bool) -> Result<String, Lv3Unavailable> {
-    let text =
-        version_text.ok_or_else(|| Lv3Unavailable::NoVersion(format!("no {VERSION_FILE}")))?;
-    let v = kernel_module_version(text)
-        .ok_or_else(|| Lv3Unavailable::NoVersion("unrecognised format".into()))?;
-    if is_measured(&v) || force {
-        Ok(v)
-    } else {
-        Err(Lv3Unavailable::Untested(v))
-    }
 }
 
 type SetFn = unsafe extern "C" fn(u64) -> i64;
@@ -68,9 +51,7 @@ impl std::fmt::Debug for Timeslice {
 
 impl Timeslice {
     pub fn probe() -> Result<Self, Lv3Unavailable> {
-        let text = std::fs::read_to_string(VERSION_FILE).ok();
-        let force = std::env::var("XPREEMPT_LV3_FORCE").is_ok_and(|v| v == "1");
-        let driver = check_driver(text.as_deref(), force)?;
+        let driver = check_loaded_driver()?;
         let set = lookup(c"xpreempt_shim_set_timeslice");
         let count = lookup(c"xpreempt_shim_channel_groups");
         if set.is_null() || count.is_null() {
@@ -128,23 +109,6 @@ impl Timeslice {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const V: &str = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AE18-09-3)  Tue Oct  7 2025\nGCC version:  gcc version 12.3.0";
-
-    #[test]
-    fn unknown_driver_falls_back() {
-        let other = V.replace("580.159.04", "590.1.2");
-        assert_eq!(
-            check_driver(Some(&other), false),
-            Err(Lv3Unavailable::Untested("590.1.2".into()))
-        );
-        assert_eq!(check_driver(Some(&other), true).as_deref(), Ok("590.1.2"));
-        assert_eq!(check_driver(Some(V), false).as_deref(), Ok("580.159.04"));
-        assert!(matches!(
-            check_driver(None, false),
-            Err(Lv3Unavailable::NoVersion(_))
-        ));
-    }
 
     #[test]
     fn no_shim_means_no_lv3() {

@@ -64,7 +64,7 @@ impl<H: HwQueue> Driver<BoundQueue<H>> {
         let q = self.queue_mut(id).ok_or(DriveError::UnknownQueue(id))?;
         let kind = command.op.kind();
         let refused = q.refused;
-        let s = q.queue.submit(&q.hal, command, clock())?;
+        let s = q.queue.submit(&q.hal, command)?;
         if refused {
             self.report(id, QueueReport::Retry, clock)?;
         }
@@ -106,7 +106,7 @@ impl<H: HwQueue> QueueControl for BoundQueue<H> {
 
     fn resume(&mut self, now: Nanos) -> Result<Option<QueueReport>, QueueOpError> {
         self.queue.resume(&self.hal, now)?;
-        Ok(self.queue.take_report(now))
+        Ok(self.queue.take_report())
     }
 
     fn set_refused(&mut self, refused: bool) {

@@ -79,11 +79,6 @@ pub struct XQueue<P> {
     resuming_since: Option<Nanos>,
     /// Whether the last event reported was Ready (true) or Idle (false).
     reported_active: bool,
-    /// When the queue was first seen drained while reported active: its Idle waits for the
-    /// configured linger from then.
-    drained_at: Option<Nanos>,
-    /// A drained queue's Idle is held back until then (see [`Self::hold_idle_until`]).
-    idle_held_until: Nanos,
     /// Events reported so far: orders reports that travel on different threads.
     transitions: u64,
     stats: QueueStats,
@@ -108,8 +103,6 @@ impl<P> XQueue<P> {
             stopping_since: None,
             resuming_since: None,
             reported_active: false,
-            drained_at: None,
-            idle_held_until: 0,
             transitions: 0,
             stats: QueueStats::default(),
         }
@@ -154,26 +147,6 @@ impl<P> XQueue<P> {
         self.transitions
     }
 
-    /// When a drained queue's held-back Idle is owed (its linger or hold ends), if one is waiting.
-    pub fn idle_due(&self) -> Option<Nanos> {
-        self.drained_at.map(|t| {
-            t.saturating_add(self.config.idle_linger_ns())
-                .max(self.idle_held_until)
-        })
-    }
-
-    /// Since when the queue has been drained with its Idle held back, if it is.
-    pub fn drained_since(&self) -> Option<Nanos> {
-        self.drained_at
-    }
-
-    /// Until `until`, a drained queue's Idle is held back as during the linger: whoever drives
-    /// the queue knows more work is likely to come by then (a threaded queue: a submission is
-    /// under way, or one returned within the configured burst gap).
-    pub fn hold_idle_until(&mut self, until: Nanos) {
-        self.idle_held_until = until;
-    }
-
     /// A suspension or resumption is under way and not yet settled in hardware.
     pub fn is_settling(&self) -> bool {
         self.stopping_since.is_some() || self.resuming_since.is_some()
@@ -205,7 +178,6 @@ impl<P> XQueue<P> {
         &mut self,
         hal: &H,
         command: Command<P>,
-        now: Nanos,
     ) -> Result<Submitted, SubmitError<P>> {
         let seq = self.next_seq;
         let entry = Launched { seq, command };
@@ -230,7 +202,7 @@ impl<P> XQueue<P> {
         self.stats.submitted += 1;
         Ok(Submitted {
             seq,
-            report: self.take_report(now),
+            report: self.take_report(),
         })
     }
 
@@ -242,27 +214,15 @@ impl<P> XQueue<P> {
         now: Nanos,
     ) -> Result<Option<QueueReport>, QueueOpError> {
         self.progress(hal, now)?;
-        Ok(self.take_report(now))
+        Ok(self.take_report())
     }
 
     /// The Ready/Idle report owed to the scheduler, if the queue's activity changed since the
-    /// last one. A drained queue's Idle is owed only once its linger and hold have passed.
-    pub fn take_report(&mut self, now: Nanos) -> Option<QueueReport> {
+    /// last one.
+    pub fn take_report(&mut self) -> Option<QueueReport> {
         let active = !self.is_idle();
-        if active {
-            self.drained_at = None;
-        }
         if active == self.reported_active {
             return None;
-        }
-        if !active {
-            let since = *self.drained_at.get_or_insert(now);
-            if now.saturating_sub(since) < self.config.idle_linger_ns()
-                || now < self.idle_held_until
-            {
-                return None;
-            }
-            self.drained_at = None;
         }
         self.reported_active = active;
         self.transitions += 1;

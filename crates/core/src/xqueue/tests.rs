@@ -21,7 +21,7 @@ fn setup(level: Level, threshold: u32, batch: u32) -> (RefDevice, RefQueue, XQue
 #[test]
 fn submit_launches_directly_until_the_window_is_full() {
     let (dev, hal, mut q) = setup(Level::Lv1, 4, 2);
-    let first = q.submit(&hal, kernel(1, 100), 0).unwrap();
+    let first = q.submit(&hal, kernel(1, 100)).unwrap();
     assert_eq!(
         first,
         Submitted {
@@ -33,7 +33,7 @@ fn submit_launches_directly_until_the_window_is_full() {
         }
     );
     for _ in 1..10 {
-        assert_eq!(q.submit(&hal, kernel(1, 100), 0).unwrap().report, None);
+        assert_eq!(q.submit(&hal, kernel(1, 100)).unwrap().report, None);
     }
     assert_eq!((q.in_flight_len(), q.pending_len()), (4, 6));
     assert_eq!(dev.launch_order().len(), 4);
@@ -53,10 +53,10 @@ fn submit_launches_directly_until_the_window_is_full() {
 fn the_watcher_plan_waits_for_sync_points_then_the_tail() {
     let (_dev, hal, mut q) = setup(Level::Lv1, 4, 2);
     assert_eq!(q.wait_plan(), WaitPlan::Nothing);
-    q.submit(&hal, kernel(1, 10), 0).unwrap();
+    q.submit(&hal, kernel(1, 10)).unwrap();
     assert_eq!(q.wait_plan(), WaitPlan::RecordSyncThenSynchronize(1));
     for _ in 0..5 {
-        q.submit(&hal, kernel(1, 10), 0).unwrap();
+        q.submit(&hal, kernel(1, 10)).unwrap();
     }
     // Sync points after commands 1 and 3; the window is full with work pending.
     assert_eq!(q.wait_plan(), WaitPlan::Synchronize(2));
@@ -68,7 +68,7 @@ fn the_watcher_plan_waits_for_sync_points_then_the_tail() {
 fn a_waiter_gets_a_sync_point_that_covers_its_command() {
     let (_dev, hal, mut q) = setup(Level::Lv3, 8, 4);
     for _ in 0..6 {
-        q.submit(&hal, kernel(1, 10), 0).unwrap();
+        q.submit(&hal, kernel(1, 10)).unwrap();
     }
     // Sync point after command 3 (watermark 4); nothing covers 4 and 5 yet.
     assert_eq!(q.sync_target(&hal, 2).unwrap(), Some(4));
@@ -90,7 +90,7 @@ fn a_waiter_gets_a_sync_point_that_covers_its_command() {
 #[test]
 fn idle_is_reported_even_when_suspend_or_resume_saw_the_last_completion() {
     let (dev, hal, mut q) = setup(Level::Lv1, 4, 2);
-    q.submit(&hal, kernel(1, 100), 0).unwrap();
+    q.submit(&hal, kernel(1, 100)).unwrap();
     dev.advance_to(100);
     q.suspend(&hal, 100).unwrap(); // takes in the completion itself
     assert!(q.is_idle());
@@ -101,83 +101,19 @@ fn idle_is_reported_even_when_suspend_or_resume_saw_the_last_completion() {
     assert_eq!(q.poll(&hal, 100).unwrap(), None, "reported once");
 
     q.resume(&hal, 150).unwrap();
-    q.submit(&hal, kernel(1, 100), 200).unwrap();
+    q.submit(&hal, kernel(1, 100)).unwrap();
     dev.advance_to(300);
     q.suspend(&hal, 300).unwrap();
     q.resume(&hal, 300).unwrap();
-    assert_eq!(
-        q.take_report(300),
-        Some(QueueReport::Idle { generation: 4 })
-    );
+    assert_eq!(q.take_report(), Some(QueueReport::Idle { generation: 4 }));
     assert_eq!(q.transitions(), 4, "ready, idle, ready, idle");
-}
-
-#[test]
-fn a_lingering_queue_reports_idle_only_after_the_linger_and_not_at_all_if_work_comes_back() {
-    let (dev, hal, _) = setup(Level::Lv1, 4, 2);
-    let config = QueueConfig::new(4, 2, Level::Lv1)
-        .unwrap()
-        .with_idle_linger(1_000);
-    let mut q = XQueue::new(hal.queue_id(), config, hal.max_level());
-    assert!(matches!(
-        q.submit(&hal, kernel(1, 100), 0).unwrap().report,
-        Some(QueueReport::Ready { .. })
-    ));
-    dev.advance_to(100);
-    assert_eq!(q.poll(&hal, 100).unwrap(), None, "drained, lingering");
-    assert_eq!(q.idle_due(), Some(1_100));
-    // Work within the linger: the queue never went idle, so no Ready either.
-    assert_eq!(q.submit(&hal, kernel(1, 100), 600).unwrap().report, None);
-    assert_eq!(q.idle_due(), None);
-    dev.advance_to(700);
-    assert_eq!(q.poll(&hal, 700).unwrap(), None);
-    assert_eq!(
-        q.poll(&hal, 1_699).unwrap(),
-        None,
-        "the linger counts from 700"
-    );
-    assert_eq!(
-        q.poll(&hal, 1_700).unwrap(),
-        Some(QueueReport::Idle { generation: 2 })
-    );
-    assert_eq!((q.idle_due(), q.poll(&hal, 5_000).unwrap()), (None, None));
-    assert_eq!(q.transitions(), 2);
-}
-
-#[test]
-fn an_idle_held_back_comes_when_the_hold_ends_and_not_at_all_if_work_comes_first() {
-    let (dev, hal, mut q) = setup(Level::Lv1, 4, 2);
-    q.submit(&hal, kernel(1, 100), 0).unwrap();
-    q.hold_idle_until(500);
-    dev.advance_to(100);
-    assert_eq!(q.poll(&hal, 100).unwrap(), None, "drained, held");
-    assert_eq!(q.idle_due(), Some(500));
-    // Work within the hold: the queue never went idle.
-    assert_eq!(q.submit(&hal, kernel(1, 100), 400).unwrap().report, None);
-    assert_eq!(q.idle_due(), None);
-    // The caller moves the hold (a later submission returned).
-    q.hold_idle_until(900);
-    dev.advance_to(500);
-    assert_eq!(q.poll(&hal, 500).unwrap(), None);
-    assert_eq!(q.poll(&hal, 899).unwrap(), None);
-    assert_eq!(
-        q.poll(&hal, 900).unwrap(),
-        Some(QueueReport::Idle { generation: 2 })
-    );
-    // A hold that ended before the queue drained holds nothing back.
-    q.submit(&hal, kernel(1, 100), 1_000).unwrap();
-    dev.advance_to(1_100);
-    assert_eq!(
-        q.poll(&hal, 1_100).unwrap(),
-        Some(QueueReport::Idle { generation: 4 })
-    );
 }
 
 #[test]
 fn a_lv1_suspension_drains_the_window_and_measures_it() {
     let (dev, hal, mut q) = setup(Level::Lv1, 2, 1);
     for _ in 0..5 {
-        q.submit(&hal, kernel(1, 100), 0).unwrap();
+        q.submit(&hal, kernel(1, 100)).unwrap();
     }
     assert!(q.suspend(&hal, 10).unwrap());
     assert!(!q.suspend(&hal, 10).unwrap(), "a second suspend is a no-op");
@@ -200,7 +136,7 @@ fn a_lv1_suspension_drains_the_window_and_measures_it() {
 #[test]
 fn lv3_stops_at_once_and_resumes_where_it_stopped() {
     let (dev, hal, mut q) = setup(Level::Lv3, 4, 2);
-    q.submit(&hal, kernel(2, 100), 0).unwrap();
+    q.submit(&hal, kernel(2, 100)).unwrap();
     dev.advance_to(150);
     q.suspend(&hal, 150).unwrap();
     dev.advance_to(10_000);
@@ -227,7 +163,7 @@ fn the_level_is_capped_by_the_hardware() {
 #[test]
 fn a_refused_launch_gives_the_command_back() {
     let (_dev, hal, mut q) = setup(Level::Lv1, 4, 2);
-    let err = q.submit(&hal, kernel(0, 1), 0).unwrap_err();
+    let err = q.submit(&hal, kernel(0, 1)).unwrap_err();
     assert!(matches!(err.source, HalError::Refused { .. }));
     assert!(matches!(
         err.command.op,
@@ -279,7 +215,7 @@ proptest! {
             match s {
                 Step::Submit { queue, blocks, block_ns, deactivatable } => {
                     let cmd = kernel(blocks, block_ns).with_props(CommandProps::new(false, deactivatable, false));
-                    qs[queue].submit(&hals[queue], cmd, now).unwrap();
+                    qs[queue].submit(&hals[queue], cmd).unwrap();
                 }
                 Step::Suspend(i) => {
                     qs[i].suspend(&hals[i], now).unwrap();
@@ -332,27 +268,20 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// With any linger: reports alternate Ready/Idle, an Idle comes only once the queue has been
-    /// drained for the linger, and a drained queue reports it in the end.
+    /// Reports alternate Ready/Idle, an Idle comes only while the queue is drained, and a
+    /// drained queue reports it in the end.
     #[test]
-    fn a_lingering_queue_reports_idle_late_but_always(linger in 0..1_000u64, steps in proptest::collection::vec(step(), 1..80)) {
+    fn a_queue_reports_idle_when_drained_and_always(steps in proptest::collection::vec(step(), 1..80)) {
         let dev = RefDevice::new();
         let hal = dev.create_queue(Level::Lv1);
-        let config = QueueConfig::new(3, 2, Level::Lv1).unwrap().with_idle_linger(linger);
+        let config = QueueConfig::new(3, 2, Level::Lv1).unwrap();
         let mut q = XQueue::new(hal.queue_id(), config, hal.max_level());
         let mut now = 0;
         let mut reports = Vec::new();
-        let mut drained_since = None;
         let mut check = |q: &mut XQueue<RefKernel>, first: Option<QueueReport>, now: Nanos| -> Result<(), TestCaseError> {
-            if q.is_idle() {
-                drained_since.get_or_insert(now);
-            } else {
-                drained_since = None;
-            }
-            for r in first.into_iter().chain(q.take_report(now)) {
+            for r in first.into_iter().chain(q.take_report()) {
                 if matches!(r, QueueReport::Idle { .. }) {
-                    let since = drained_since.unwrap_or(now);
-                    prop_assert!(now - since >= linger, "Idle at {} after draining at {}", now, since);
+                    prop_assert!(q.is_idle(), "Idle at {} while the queue holds work", now);
                 }
                 reports.push(r);
             }
@@ -360,7 +289,7 @@ proptest! {
         };
         for s in steps {
             let first = match s {
-                Step::Submit { blocks, block_ns, .. } => q.submit(&hal, kernel(blocks, block_ns), now).unwrap().report,
+                Step::Submit { blocks, block_ns, .. } => q.submit(&hal, kernel(blocks, block_ns)).unwrap().report,
                 Step::Suspend(_) => {
                     q.suspend(&hal, now).unwrap();
                     None
@@ -384,7 +313,6 @@ proptest! {
             let r = q.poll(&hal, now).unwrap();
             check(&mut q, r, now)?;
         }
-        now += linger;
         let r = q.poll(&hal, now).unwrap();
         check(&mut q, r, now)?;
         for (i, r) in reports.iter().enumerate() {
@@ -399,7 +327,7 @@ proptest! {
 fn a_window_found_empty_with_work_buffered_counts_as_run_dry_unless_suspended() {
     let (dev, hal, mut q) = setup(Level::Lv1, 4, 2);
     for _ in 0..20 {
-        q.submit(&hal, kernel(1, 100), 0).unwrap();
+        q.submit(&hal, kernel(1, 100)).unwrap();
     }
     // Looked at only after the whole window completed: the device ran out of this queue's work.
     dev.advance_to(400);

@@ -35,26 +35,16 @@ struct UserBoard {
     wakes: Vec<u128>,
 }
 
-/// Every user's board; `enabled` false turns the fast path off (no seats, no bits).
+/// Every user's board.
+#[derive(Default)]
 pub struct Boards {
     by_uid: BTreeMap<u32, UserBoard>,
-    pub enabled: bool,
 }
 
 impl Boards {
-    pub fn new(enabled: bool) -> Self {
-        Self {
-            by_uid: BTreeMap::new(),
-            enabled,
-        }
-    }
-
     /// A bell for a new agent of `uid` on that user's board (made with its first agent); `None`
-    /// when the fast path is off, the board is full or cannot be made.
+    /// when the board is full or cannot be made.
     pub fn seat(&mut self, uid: u32, client: u64) -> Option<Seat> {
-        if !self.enabled {
-            return None;
-        }
         let user = match self.by_uid.entry(uid) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => match Board::create() {
@@ -169,11 +159,7 @@ impl State {
             let now = self.epoch.elapsed().as_nanos() as Nanos;
             t.observe(device, now, &d.scheduler().snapshot(now));
         }
-        let ranks = if self.boards.enabled {
-            d.scheduler().preemption_ranks()
-        } else {
-            None
-        };
+        let ranks = d.scheduler().preemption_ranks();
         let on_device = d.queues().count();
         let rank_of: BTreeMap<QueueId, (i64, bool)> = ranks
             .iter()
@@ -323,7 +309,7 @@ mod tests {
 
     #[test]
     fn a_users_board_goes_with_its_last_agent() {
-        let mut boards = Boards::new(true);
+        let mut boards = Boards::default();
         let first = boards.seat(7, 1).unwrap();
         let second = boards.seat(7, 2).unwrap();
         boards.unseat(&first);

@@ -20,8 +20,8 @@
 //! preempts, which stop them at once; going idle, it clears the bit and they resume if the
 //! daemon's suspension was only for it. The daemon writes who preempts whom and confirms. While
 //! one of its queues has work and a higher queue exists, the control thread spins on its bell
-//! (for `XPREEMPT_AGENT_HOT_US` after the last such preemption) instead of sleeping, so that the
-//! stop costs no wake-up.
+//! (for 50 ms after the last such preemption) instead of sleeping, so that the stop costs no
+//! wake-up.
 
 mod control;
 mod sink;
@@ -189,28 +189,26 @@ pub struct Options {
     /// The policy of the local scheduler used while no daemon answers.
     pub local_policy: String,
     pub name: String,
-    /// How long the control thread spins on its doorbell before sleeping
-    /// (`XPREEMPT_AGENT_SPIN_US`, default 20 µs): longer answers the daemon sooner and costs CPU.
+    /// How long the control thread spins on its doorbell before sleeping, when nothing makes
+    /// it hot (default: not at all; spinning agents changed nothing measurable on an H100 host,
+    /// 2026-11-23). For benchmarks.
     pub spin: Duration,
     /// While a queue of this process has work and a higher queue of its user exists, the
     /// control thread spins on its bell instead of sleeping, for this long after the last
-    /// preemption it saw (`XPREEMPT_AGENT_HOT_US`, default 50 ms; 0: never): a higher queue's
-    /// submission then stops this one without a wake-up, at the cost of a core while both are
-    /// busy.
+    /// preemption it saw (and so does local mode's preemption thread; default
+    /// [`DEFAULT_HOT`], 0: never): a higher queue's submission then stops this one without a
+    /// wake-up, at the cost of a core while both are busy. Measured: without it the LC's p99 gap
+    /// to the bench-only controller was +183.8 µs against +77.3 time-sliced and +87.9 against
+    /// +50.7 under MPS (H100, driver 580.159.04, 2026-11-24); in global mode the fast path with
+    /// it decided in 1.3 µs p50 against 34.9 without (docs/results/daemon-latency.md). For
+    /// benchmarks and tests.
     pub hot: Duration,
     /// The longest the agent waits on the daemon at each step (`XPREEMPT_AGENT_TIMEOUT_MS`,
     /// default 100 ms); past it the process schedules its queues itself.
     pub timeout: Duration,
 }
 
-fn env_us(name: &str, default: u64) -> Duration {
-    Duration::from_micros(
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default),
-    )
-}
+pub use xpreempt_core::sched::DEFAULT_HOT;
 
 impl Default for Options {
     fn default() -> Self {
@@ -225,9 +223,14 @@ impl Default for Options {
                         .map(|n| n.to_string_lossy().into_owned())
                 })
                 .unwrap_or_else(|| "process".into()),
-            spin: env_us("XPREEMPT_AGENT_SPIN_US", 20),
-            hot: env_us("XPREEMPT_AGENT_HOT_US", 50_000),
-            timeout: env_us("XPREEMPT_AGENT_TIMEOUT_MS", 100) * 1000,
+            spin: Duration::ZERO,
+            hot: DEFAULT_HOT,
+            timeout: Duration::from_millis(
+                std::env::var("XPREEMPT_AGENT_TIMEOUT_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(100),
+            ),
         }
     }
 }

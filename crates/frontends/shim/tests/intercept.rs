@@ -123,8 +123,7 @@ fn launches_go_through_the_queues_in_order_with_their_own_arguments() {
     check_order(&on);
 
     // Random suspensions: some launches wait in the buffer and leave from another thread (the
-    // completion watcher; with feeding on submission, the default, the application's thread
-    // launches from the buffer too, so odd seeds turn that off).
+    // completion watcher; the application's thread launches from the buffer too).
     let mut deferred = 0;
     for seed in 1..=4 {
         let r = run(
@@ -135,10 +134,6 @@ fn launches_go_through_the_queues_in_order_with_their_own_arguments() {
                 ("XPREEMPT_INTERCEPT", "1"),
                 ("XPREEMPT_CHAOS", &format!("{seed}:50")),
                 ("XPREEMPT_WINDOW", "2"),
-                (
-                    "XPREEMPT_FEED_ON_SUBMIT",
-                    if seed % 2 == 1 { "0" } else { "1" },
-                ),
             ],
         );
         assert_eq!(r.printed, 50);
@@ -181,6 +176,29 @@ fn pass_through_forwards_every_launch_as_made_and_watches_the_stream() {
     assert!(
         r.log.iter().any(|l| l.starts_with("record s=10")),
         "the observer recorded no event on the stream: the scheduler never heard of its work"
+    );
+}
+
+#[test]
+fn pass_through_watches_a_stream_that_only_copies() {
+    let dir = build_dir("pass-copies");
+    let (_, app) = build(&dir);
+    let r = run(
+        &dir,
+        &app,
+        "pass-copies",
+        &[
+            ("XPREEMPT_INTERCEPT", "1"),
+            ("XPREEMPT_PASS_THROUGH", "1"),
+            ("FAKE_APP_COPIES_ONLY", "1"),
+            ("FAKE_APP_LINGER_MS", "300"),
+        ],
+    );
+    let copies = r.log.iter().filter(|l| l.starts_with("copy s=10")).count();
+    assert_eq!(copies, 50, "every copy reached the driver: {:?}", r.log);
+    assert!(
+        r.log.iter().any(|l| l.starts_with("record s=10")),
+        "the observer recorded no event on the stream: its copies were not seen as work"
     );
 }
 

@@ -19,15 +19,11 @@ const MAX_UNITS: u32 = 1 << 21;
 
 /// For A/B runs of one build, every benchmark queue's setting from the environment:
 /// `XP_BENCH_IDLE_POLL_US=N` its idle poll ([`QueueConfig::with_idle_poll`]; 0: the old way,
-/// every submission to an idle queue wakes its watcher), `XP_BENCH_BURST_GAP_US=N` its burst gap
-/// ([`QueueConfig::with_burst_gap`]; 0: off).
+/// every submission to an idle queue wakes its watcher).
 pub fn with_env_overrides(mut config: QueueConfig) -> QueueConfig {
     let ns = |name| env_micros(name).map(|us| us.saturating_mul(1_000));
     if let Some(ns) = ns("XP_BENCH_IDLE_POLL_US") {
         config = config.with_idle_poll(ns);
-    }
-    if let Some(ns) = ns("XP_BENCH_BURST_GAP_US") {
-        config = config.with_burst_gap(ns);
     }
     config
 }

@@ -105,22 +105,3 @@ fn bench_request_runs_every_path_of_the_product() {
         local["be_stop_us"]["p50"].as_f64().unwrap() < local["request_us"]["p50"].as_f64().unwrap()
     );
 }
-
-#[test]
-fn bench_request_without_the_preemption_thread_stops_the_be_in_every_request() {
-    // The stop then runs on the requesting thread before its first launch, whatever the load.
-    let o = Command::new(env!("CARGO_BIN_EXE_xpreempt-bench"))
-        .args(["--json", "request", "--requests", "30", "--paths", "local"])
-        .env("XPREEMPT_AGENT_HOT_US", "0")
-        .output()
-        .expect("run xpreempt-bench");
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let local = &v["paths"][0];
-    assert_eq!(local["be_not_stopped"], 0, "{local}");
-    assert!(
-        local["be_stop_us"]["p50"].as_f64().unwrap()
-            <= local["first_launch_us"]["p50"].as_f64().unwrap(),
-        "{local}"
-    );
-}

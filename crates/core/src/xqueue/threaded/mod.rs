@@ -5,14 +5,16 @@
 //! `synchronize` (never while holding the lock) to open the window, to notice when the queue goes
 //! idle, and to drain a Lv1 suspension; it sleeps while the queue is idle.
 
-mod hold;
+mod lend;
 mod watcher;
+
+pub use lend::Lent;
 
 use super::{QueueOpError, SubmitError, XQueue};
 use crate::sched::{QueueControl, QueueReport};
 use crate::stats::QueueStats;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use xpreempt_hal::{HalError, HwQueue};
@@ -103,14 +105,6 @@ struct Inner<H: HwQueue> {
     /// Whether the last Ready/Idle reported was Ready: submissions to a queue that may be idle
     /// are announced to the sink ahead of their launch.
     reported_active: AtomicBool,
-    /// The queue's burst gap ([`crate::QueueConfig::with_burst_gap`]); zero (off) without a
-    /// watcher, which would be the only one to report the Idle once the hold is over.
-    burst_gap: AtomicU64,
-    /// The application's calls under way on the queue (submissions and waits), and when (ns
-    /// since `epoch`) the last submission returned: a drained queue's Idle is held back until
-    /// the calls have returned, and for the burst gap after a submission.
-    in_calls: AtomicU32,
-    submit_returned: AtomicU64,
     shutdown: AtomicBool,
     /// The queue stops through Lv2's `deactivate`, so a suspension tries `stop_ahead` first.
     stops_ahead: bool,
@@ -118,6 +112,17 @@ struct Inner<H: HwQueue> {
     sink: Option<EventSink>,
     /// The priorities of the calls in [`SharedXQueue::wait_launched_for`] now.
     waiters: Mutex<Vec<Priority>>,
+}
+
+/// What the process does on a completion watcher's thread as it ends, after it let go of its
+/// queue and before the thread's own teardown (thread-local destructors, a driver library's
+/// among them): a front end whose process must not fork while a thread tears down inside the
+/// driver (the CUDA shim) holds forks off from here. Set once per process.
+static WATCHER_ENDING: OnceLock<fn()> = OnceLock::new();
+
+/// Sets [`WATCHER_ENDING`]'s hook; `false` if one was set already.
+pub fn on_watcher_ending(hook: fn()) -> bool {
+    WATCHER_ENDING.set(hook).is_ok()
 }
 
 pub struct SharedXQueue<H: HwQueue> {
@@ -142,7 +147,6 @@ where
 {
     pub fn new(queue: XQueue<H::Payload>, hal: H, sink: Option<EventSink>) -> Self {
         let id = queue.id();
-        let burst_gap = queue.config().burst_gap_ns();
         let stops_ahead = queue.stops_ahead();
         let inner = Arc::new(Inner {
             hal,
@@ -153,9 +157,6 @@ where
             polling: AtomicBool::new(false),
             wake_owed: AtomicBool::new(false),
             reported_active: AtomicBool::new(false),
-            burst_gap: AtomicU64::new(burst_gap),
-            in_calls: AtomicU32::new(0),
-            submit_returned: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             stops_ahead,
             epoch: Instant::now(),
@@ -168,12 +169,13 @@ where
             .spawn(move || {
                 watcher::watch(&watcher_inner, id);
                 drop(watcher_inner);
-                H::watcher_ending();
+                if let Some(hook) = WATCHER_ENDING.get() {
+                    hook();
+                }
             })
             .ok();
         if watcher.is_none() {
             tracing::error!(queue = %id, "could not start the completion watcher; waits will poll");
-            inner.burst_gap.store(0, Ordering::Relaxed);
         }
         Self { inner, id, watcher }
     }
@@ -188,7 +190,6 @@ where
 
     /// The hot path: launches at once when the queue may run and has room.
     pub fn submit(&self, command: Command<H::Payload>) -> Result<Seq, TrySubmitError<H::Payload>> {
-        let _call = hold::InCall::enter(&self.inner, true);
         if self.inner.refused.load(Ordering::Relaxed) {
             self.inner.report(self.id, QueueReport::Retry);
             return Err(TrySubmitError::Busy(self.id, command));
@@ -200,16 +201,14 @@ where
             }
             _ => false,
         };
-        let now = self.inner.now();
         let kind = command.op.kind();
-        let (submitted, lingered, watcher_polls) = {
+        let (submitted, watcher_polls) = {
             let mut q = self.inner.lock();
-            let lingered = q.idle_due().is_some();
-            match q.submit(&self.inner.hal, command, now) {
+            match q.submit(&self.inner.hal, command) {
                 Ok(s) => {
                     // Work waiting for room needs the watcher at once to launch it.
                     let polls = self.inner.polling.load(Ordering::Relaxed) && q.pending_len() == 0;
-                    (s, lingered, polls)
+                    (s, polls)
                 }
                 Err(e) => {
                     let idle = q.is_idle();
@@ -236,9 +235,6 @@ where
                 self.inner.work.notify_one();
             }
             self.inner.report(self.id, report);
-        } else if lingered {
-            // The watcher naps out the linger; it has new work to watch instead.
-            self.inner.work.notify_one();
         }
         Ok(submitted.seq)
     }
@@ -293,7 +289,6 @@ where
     /// Blocks until command `seq` has completed. A launched command is waited for on the
     /// hardware from this thread, so completion is seen without a hand-off from the watcher.
     pub fn wait(&self, seq: Seq) -> Result<(), HalError> {
-        let _call = hold::InCall::enter(&self.inner, false);
         // The watcher reports the Idle this wait is likely to end in: it starts now, off this
         // thread, rather than at its next poll.
         self.inner.pay_owed_wake();
@@ -441,7 +436,6 @@ where
         let now = self.inner.now();
         let report = {
             let mut q = self.inner.lock();
-            self.inner.hold_idle(&mut q, now);
             q.suspend_after(&self.inner.hal, now, ahead)?;
             q.poll(&self.inner.hal, now)?
         };
@@ -454,9 +448,8 @@ where
         let now = self.inner.now();
         let report = {
             let mut q = self.inner.lock();
-            self.inner.hold_idle(&mut q, now);
             q.resume(&self.inner.hal, now)?;
-            q.take_report(now)
+            q.take_report()
         };
         self.inner.work.notify_one();
         self.inner.progress.notify_all();
@@ -587,7 +580,6 @@ impl<H: HwQueue> Inner<H> {
         now: Nanos,
     ) -> (Option<Seq>, Option<QueueReport>) {
         let before = q.completed();
-        self.hold_idle(q, now);
         let report = q.poll(&self.hal, now).unwrap_or_else(|e| {
             // The watcher retries the launch.
             tracing::warn!(%e, "launch from the pending buffer failed; will retry");

@@ -15,8 +15,6 @@ const QUIET: Duration = Duration::from_micros(20);
 /// How often an idle queue's watcher looks for work while it polls
 /// ([`QueueConfig::with_idle_poll`](crate::QueueConfig::with_idle_poll)).
 pub(super) const IDLE_POLL_TICK: Duration = Duration::from_millis(1);
-/// How long the watcher spins at a time for an application's call on the queue to return.
-const CALL_SPIN: Duration = Duration::from_micros(200);
 
 pub(super) fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
     // The launch tail the watcher last saw while the queue was still getting launches.
@@ -31,30 +29,16 @@ pub(super) fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
                     return;
                 }
                 match q.wait_plan() {
-                    WaitPlan::Nothing if q.idle_due().is_some() && inner.in_call() => {
-                        // An Idle held back while the application is in a call on the queue:
-                        // it comes the moment the call returns, not a nap later.
-                        drop(q);
-                        let start = Instant::now();
-                        while inner.in_call() && start.elapsed() < CALL_SPIN {
-                            std::hint::spin_loop();
-                        }
-                        inner.poll_and_report(id);
-                        q = inner.lock();
-                    }
                     WaitPlan::Nothing => {
                         // Sleep until there is work, except to watch a hardware stop settle, to
-                        // retry a launch that failed, or to report an Idle held back by the linger.
+                        // or to retry a launch that failed.
                         let retry = !q.is_suspended() && q.pending_len() > 0;
-                        let linger = q
-                            .idle_due()
-                            .map(|t| Duration::from_nanos(t.saturating_sub(inner.now())));
                         let nap = if q.is_settling() {
                             Some(Duration::from_micros(100))
                         } else if retry {
                             Some(Duration::from_millis(50))
                         } else {
-                            linger
+                            None
                         };
                         let since = *idle_since.get_or_insert_with(Instant::now);
                         let poll = nap.is_none()

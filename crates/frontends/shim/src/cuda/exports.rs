@@ -6,6 +6,7 @@
 
 use super::driver::{CUresult, ERROR_NOT_INITIALIZED, ERROR_NOT_READY, Handle, SUCCESS};
 use super::launch;
+use super::ordering;
 use super::priority;
 use super::real::Real;
 use super::streams::{self, CAPTURES};
@@ -58,17 +59,30 @@ macro_rules! forward {
         }
     };
     ($name:ident($($a:ident),*) stream $s:ident, ptsz $p:expr) => {
-        forward!(@wrap $name($($a),*) before streams::before_direct($s as Handle, $p), after ());
+        forward!(@wrap $name($($a),*) before ordering::before_direct($s as Handle, $p), after ());
+    };
+    // An asynchronous copy: ordered as any direct call and, in pass-through mode, observed as
+    // work on its stream (`launch::observed`), as a launch is.
+    ($name:ident($($a:ident),*) copy $s:ident, ptsz $p:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: usize),*) -> CUresult {
+            let real = real!($name);
+            super::exit_report::serving(stringify!($name));
+            let _ = std::panic::catch_unwind(|| ordering::before_direct($s as Handle, $p));
+            super::exit_report::served();
+            let r = call_real!(real, $($a),*);
+            std::panic::catch_unwind(|| launch::observed($s as Handle, $p, r)).unwrap_or(r)
+        }
     };
     ($name:ident($($a:ident),*) teardown) => {
-        forward!(@wrap $name($($a),*) before { streams::forget_all(); priority::forget_all() },
+        forward!(@wrap $name($($a),*) before { streams::forget_all() },
             after launch::forget_layouts());
     };
     ($name:ident($($a:ident),*) unload) => {
-        forward!(@wrap $name($($a),*) before streams::drain_all(), after launch::forget_layouts());
+        forward!(@wrap $name($($a),*) before ordering::drain_all(), after launch::forget_layouts());
     };
     ($name:ident($($a:ident),*) drain_all) => {
-        forward!(@wrap $name($($a),*) before streams::drain_all(), after ());
+        forward!(@wrap $name($($a),*) before ordering::drain_all(), after ());
     };
 }
 
@@ -104,18 +118,18 @@ queued!(cuMemsetD2D32Async(a, b, c, d, e, s) stream s, ptsz false);
 queued!(cuMemsetD2D32Async_ptsz(a, b, c, d, e, s) stream s, ptsz true);
 
 // ---- operations on a stream that go straight to the driver after what they follow ----
-forward!(cuMemcpyAsync(a, b, c, s) stream s, ptsz false);
-forward!(cuMemcpyAsync_ptsz(a, b, c, s) stream s, ptsz true);
-forward!(cuMemcpyHtoDAsync_v2(a, b, c, s) stream s, ptsz false);
-forward!(cuMemcpyHtoDAsync_v2_ptsz(a, b, c, s) stream s, ptsz true);
-forward!(cuMemcpyDtoHAsync_v2(a, b, c, s) stream s, ptsz false);
-forward!(cuMemcpyDtoHAsync_v2_ptsz(a, b, c, s) stream s, ptsz true);
-forward!(cuMemcpy2DAsync_v2(a, s) stream s, ptsz false);
-forward!(cuMemcpy2DAsync_v2_ptsz(a, s) stream s, ptsz true);
-forward!(cuMemcpy3DAsync_v2(a, s) stream s, ptsz false);
-forward!(cuMemcpy3DAsync_v2_ptsz(a, s) stream s, ptsz true);
-forward!(cuMemcpyPeerAsync(a, b, c, d, e, s) stream s, ptsz false);
-forward!(cuMemcpyPeerAsync_ptsz(a, b, c, d, e, s) stream s, ptsz true);
+forward!(cuMemcpyAsync(a, b, c, s) copy s, ptsz false);
+forward!(cuMemcpyAsync_ptsz(a, b, c, s) copy s, ptsz true);
+forward!(cuMemcpyHtoDAsync_v2(a, b, c, s) copy s, ptsz false);
+forward!(cuMemcpyHtoDAsync_v2_ptsz(a, b, c, s) copy s, ptsz true);
+forward!(cuMemcpyDtoHAsync_v2(a, b, c, s) copy s, ptsz false);
+forward!(cuMemcpyDtoHAsync_v2_ptsz(a, b, c, s) copy s, ptsz true);
+forward!(cuMemcpy2DAsync_v2(a, s) copy s, ptsz false);
+forward!(cuMemcpy2DAsync_v2_ptsz(a, s) copy s, ptsz true);
+forward!(cuMemcpy3DAsync_v2(a, s) copy s, ptsz false);
+forward!(cuMemcpy3DAsync_v2_ptsz(a, s) copy s, ptsz true);
+forward!(cuMemcpyPeerAsync(a, b, c, d, e, s) copy s, ptsz false);
+forward!(cuMemcpyPeerAsync_ptsz(a, b, c, d, e, s) copy s, ptsz true);
 forward!(cuLaunchHostFunc(s, b, c) stream s, ptsz false);
 forward!(cuLaunchHostFunc_ptsz(s, b, c) stream s, ptsz true);
 forward!(cuStreamAddCallback(s, b, c, d) stream s, ptsz false);
@@ -325,7 +339,7 @@ macro_rules! stream_sync {
         pub unsafe extern "C" fn $name(s: usize) -> CUresult {
             let real = real!($name);
             loop {
-                let seen = std::panic::catch_unwind(|| streams::before_sync(s as Handle, $p))
+                let seen = std::panic::catch_unwind(|| ordering::before_sync(s as Handle, $p))
                     .ok()
                     .flatten();
                 let r = call_real!(real, s);
@@ -367,7 +381,7 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
         if !streams::active() {
             return SUCCESS;
         }
-        streams::drain_all();
+        ordering::drain_all();
         let ctx = super::driver::current_ctx() as usize;
         streams::all()
             .iter()
@@ -431,7 +445,7 @@ macro_rules! begin_capture {
         pub unsafe extern "C" fn $name(s: usize, $($a: usize),*) -> CUresult {
             let real = real!($name);
             let _ = std::panic::catch_unwind(|| {
-                streams::before_direct(s as Handle, $p);
+                ordering::before_direct(s as Handle, $p);
                 streams::quiesce();
             });
             CAPTURES.fetch_add(1, Ordering::SeqCst);

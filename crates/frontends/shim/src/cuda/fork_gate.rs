@@ -42,7 +42,7 @@ pub struct Inside(bool);
 /// Enters libcuda: on the shim's own threads, waits while a fork is under way and keeps the
 /// next one waiting until the returned guard is dropped. Free on the application's threads.
 pub fn enter() -> Inside {
-    if !xpreempt_hal::placement::is_xpreempt_thread() {
+    if !xpreempt_cuda::placement::is_xpreempt_thread() {
         return Inside(false);
     }
     if DEPTH.with(|d| d.replace(d.get() + 1)) > 0 {
@@ -76,7 +76,7 @@ impl Drop for Inside {
 /// it. Measured: the `fork_after_init` children that hung in libcuda's ELF destructor were all
 /// forked just after the program destroyed a stream, with that stream's watcher still alive.
 pub fn thread_ending() {
-    if !xpreempt_hal::placement::is_xpreempt_thread() {
+    if !xpreempt_cuda::placement::is_xpreempt_thread() {
         return;
     }
     // SAFETY: gettid has no preconditions.

@@ -1,21 +1,20 @@
-//! The HAL under an intercepted stream: a command is a deferred driver call on the
-//! application's own stream; completion is tracked with events recorded at sync points (Lv1).
-//! Lv2 (guard-built kernels stopped by a flag and relaunched) is `lv2.rs`; Lv3 (the process's
-//! timeslice) `lv3.rs`.
+//! The HAL under an intercepted stream (`stream.rs` holds what it is made of): Lv1 launches
+//! deferred driver calls and watches sync events; Lv2 (guard-built kernels stopped by a flag and
+//! relaunched) is `lv2.rs`; pass-through's markers `observe.rs`; Lv3 (the process's timeslice)
+//! `lv3.rs`, which adds to Lv2.
 
-use super::driver::{self, CUresult, CtxGuard, Handle, SUCCESS};
+use super::driver::{self, CtxGuard, Handle, SUCCESS};
+use super::stream::{
+    CuError, Deferred, Lv2State, Observer, State, StreamHal, backend, is_submitting, note_launched,
+    poll_nap,
+};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
-use xpreempt_hal::stop_gate::StopGate;
+use xpreempt_cuda::stop_gate::StopGate;
 use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, Launched, Level, Op, Seq};
-
-/// How often the completion watcher looks at a sync event it waits for.
-pub(super) fn poll_nap() -> std::time::Duration {
-    std::time::Duration::from_micros(super::settings::settings().poll_us)
-}
 
 /// The queue's completion watcher naps for `poll_nap()` (and for the core's quiet period) between
 /// looks; Linux's default timer slack (50 µs) would stretch every nap to about 70 µs and so
@@ -37,143 +36,18 @@ fn precise_naps() {
     }
 }
 
-/// The three guard parameters of a guard-built kernel (`XP_GUARD_PARAMS`): the flag's device
-/// address, the completion slot's, and the epoch.
-pub type GuardValues = [u64; 3];
-
-type Call = Box<dyn FnMut(Option<&GuardValues>) -> CUresult + Send>;
-
-/// A driver call held until the queue may run; it returns the driver's status. A guarded
-/// kernel's launch stays callable (with its guard values) for relaunches after a stop.
-pub struct Deferred {
-    call: Option<Call>,
-    /// Built with the guard header and recognized as such, at Lv2: its launches get guard values.
-    guarded: bool,
-    /// Its blocks (one completion word each).
-    pub(super) units: u32,
-    /// Completion slot and epoch, assigned at its first launch when it can be stopped.
-    pub(super) slot: Option<(u32, u32)>,
-}
-
-impl Deferred {
-    pub fn new(call: impl FnOnce() -> CUresult + Send + 'static) -> Self {
-        let mut once = Some(call);
-        Self {
-            call: Some(Box::new(move |_| once.take().map_or(SUCCESS, |c| c()))),
-            guarded: false,
-            units: 0,
-            slot: None,
-        }
-    }
-
-    /// A guarded kernel's launch of `units` blocks; `call` writes the guard values into its
-    /// argument copy, then launches.
-    pub fn guarded(
-        units: u32,
-        call: impl FnMut(Option<&GuardValues>) -> CUresult + Send + 'static,
-    ) -> Self {
-        Self {
-            call: Some(Box::new(call)),
-            guarded: true,
-            units,
-            slot: None,
-        }
-    }
-
-    /// Makes the driver call (again, for a relaunch); a call already made and dropped is a
-    /// success.
-    pub(super) fn call(&mut self, guard: Option<&GuardValues>) -> CUresult {
-        self.call.as_mut().map_or(SUCCESS, |c| {
-            let _inside = super::fork_gate::enter();
-            c(guard)
-        })
-    }
-}
-
-/// A driver status as an error with a source.
-#[derive(Debug, thiserror::Error)]
-#[error("CUDA error {0}")]
-pub struct CuError(pub CUresult);
-
-thread_local! {
-    /// Set while the application's own thread submits: a launch that fails then is refused so
-    /// the application gets the driver's status from its call, as natively.
-    static SUBMITTING: Cell<bool> = const { Cell::new(false) };
-    /// Whether the submission in progress reached the driver (rather than the buffer).
-    static LAUNCHED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs `f` as the application's submission (see `SUBMITTING`); also says whether the command
-/// went to the driver during it.
-pub fn submitting<T>(f: impl FnOnce() -> T) -> (T, bool) {
-    SUBMITTING.with(|s| s.set(true));
-    LAUNCHED.with(|l| l.set(false));
-    let r = f();
-    SUBMITTING.with(|s| s.set(false));
-    (r, LAUNCHED.with(Cell::get))
-}
-
-pub(super) struct State {
-    pub(super) sync: VecDeque<(Seq, Handle)>,
-    pub(super) free: Vec<Handle>,
-    pub(super) completed: Seq,
-    pub(super) launched: Seq,
-    /// The first error of a launch made after the application's call returned (from the
-    /// pending buffer); reported by the next synchronize or query of the stream.
-    sticky: CUresult,
-    /// The stream or its context is gone: the queue's events are released and everything
-    /// launched counts as completed, so no thread calls the driver for this queue again.
-    pub(super) retired: bool,
-    pub(super) lv2: super::lv2::Lv2State,
-}
-
-// SAFETY: the handles are driver objects usable from any thread (with the context made current).
-unsafe impl Send for State {}
-
-pub struct StreamHal {
-    pub(super) ctx: Handle,
-    pub(super) stream: Handle,
-    state: Mutex<State>,
-    /// Lv3 (the process's timeslice) is available to this queue.
-    lv3: bool,
-    /// Interrupted at Lv3 and not restored yet.
-    interrupted: AtomicBool,
-    /// Lv2 (guard-built kernels stopped by the flag) is this queue's level.
-    lv2: bool,
-    /// The flag is set or a guarded kernel is in flight (`lv2.rs`).
-    pub(super) lv2_busy: AtomicBool,
-    /// Open while a stop ahead may set the flag without the lock (`lv2.rs`).
-    pub(super) gate: StopGate,
-    /// The flag's address and the control stream, once made: what a stop ahead writes with.
-    pub(super) ahead_target: OnceLock<(u64, usize)>,
-    /// Set by `retire`: threads polling an event outside the lock stop, so that its events can
-    /// be destroyed under nobody's feet.
-    gone: AtomicBool,
-    /// Where the application's thread last launched on this stream (`xpreempt_hal::placement`).
-    launcher_cpu: AtomicI32,
-    /// Threads polling one of the queue's events outside the lock.
-    pollers: AtomicU32,
-    /// For the exit report (`exit_report`).
-    pub(super) launch_times: super::exit_report::LaunchTimes,
-    /// Pass-through: the application's launches go straight to the driver and the queue's
-    /// commands are markers that only report activity (see `observe`).
-    pub(super) observer: Option<super::observe::Observer>,
-}
-
-// SAFETY: the context and stream handles are plain driver handles, valid from any thread.
-unsafe impl Send for StreamHal {}
-// SAFETY: as above; the mutable state is behind the mutex.
-unsafe impl Sync for StreamHal {}
-
 impl StreamHal {
-    /// `lv3`: interrupt by the process's timeslice; `lv2`: stop guard-built kernels (when not
-    /// `lv3`); `observe`: pass-through (markers only); `threshold`: the queue's window.
+    /// `lv3`: interrupt by the process's timeslice; `lv2`: stop guard-built kernels (also under
+    /// `lv3`: an interrupt stops them first); `observe`: pass-through (markers only, nothing to
+    /// stop but the process); `owner_only`: a per-thread default stream (no Lv2: a stopped
+    /// kernel could be relaunched only by its own thread); `threshold`: the queue's window.
     pub fn new(
         ctx: Handle,
         stream: Handle,
         lv3: bool,
         lv2: bool,
         observe: bool,
+        owner_only: bool,
         threshold: u32,
     ) -> Self {
         Self {
@@ -181,7 +55,7 @@ impl StreamHal {
             stream,
             lv3,
             interrupted: AtomicBool::new(false),
-            lv2: lv2 && !lv3 && !observe,
+            lv2: lv2 && !observe && !owner_only,
             lv2_busy: AtomicBool::new(false),
             gate: StopGate::new(),
             ahead_target: OnceLock::new(),
@@ -189,7 +63,9 @@ impl StreamHal {
             launcher_cpu: AtomicI32::new(-1),
             pollers: AtomicU32::new(0),
             launch_times: Default::default(),
-            observer: observe.then(super::observe::Observer::default),
+            observer: observe.then(Observer::default),
+            owner_only,
+            owner_mark: Mutex::new(None),
             state: Mutex::new(State {
                 sync: VecDeque::new(),
                 free: Vec::new(),
@@ -197,44 +73,9 @@ impl StreamHal {
                 launched: 0,
                 sticky: SUCCESS,
                 retired: false,
-                lv2: super::lv2::Lv2State::new(threshold),
+                lv2: Lv2State::new(threshold),
             }),
         }
-    }
-
-    /// The application's launch holds the state during its driver call; the watcher never
-    /// sleeps on it, so that the launch never has a sleeper to wake.
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        xpreempt_core::xqueue::threaded::lock_quietly(&self.state)
-    }
-
-    /// A thread starts polling one of the queue's events outside the lock (call with it held).
-    pub(super) fn begin_poll(&self) {
-        self.pollers.fetch_add(1, Ordering::SeqCst);
-    }
-
-    pub(super) fn end_poll(&self) {
-        self.pollers.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// `retire` has begun: pollers stop.
-    pub(super) fn is_gone(&self) -> bool {
-        self.gone.load(Ordering::SeqCst)
-    }
-
-    /// Whether the queue is interrupted through the process's timeslice (Lv3).
-    pub fn lv3(&self) -> bool {
-        self.lv3
-    }
-
-    /// Whether the queue stops guard-built kernels (Lv2).
-    pub fn lv2(&self) -> bool {
-        self.lv2
-    }
-
-    /// Takes the error of a launch from the pending buffer, if one failed.
-    pub fn take_sticky(&self) -> CUresult {
-        std::mem::replace(&mut self.lock().sticky, SUCCESS)
     }
 
     /// Before the stream or its context goes away: releases the queue's events (a record still
@@ -279,32 +120,19 @@ impl StreamHal {
         }
         let _ctx = CtxGuard::enter(self.ctx);
         self.lv2_release(&mut g);
+        if let Some(ev) = self
+            .owner_mark
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            driver::cuEventDestroy_v2(ev as Handle);
+        }
         for (_, ev) in std::mem::take(&mut g.sync) {
             driver::cuEventDestroy_v2(ev);
         }
         for ev in std::mem::take(&mut g.free) {
             driver::cuEventDestroy_v2(ev);
-        }
-    }
-
-    pub(super) fn record(&self, g: &mut State, watermark: Seq) -> Result<Handle, HalError> {
-        if g.retired {
-            g.completed = g.completed.max(watermark);
-            return Err(HalError::WouldBlock("the stream is gone"));
-        }
-        let ev = match g.free.pop() {
-            Some(ev) => ev,
-            None => driver::new_event().map_err(|e| backend("cuEventCreate", e))?,
-        };
-        match driver::cuEventRecord(ev, self.stream) {
-            SUCCESS => {
-                g.sync.push_back((watermark, ev));
-                Ok(ev)
-            }
-            e => {
-                g.free.push(ev);
-                Err(backend("cuEventRecord", e))
-            }
         }
     }
 
@@ -351,12 +179,12 @@ impl StreamHal {
             // Never relaunched: the arguments go now.
             d.call = None;
         }
-        if SUBMITTING.with(Cell::get) {
-            xpreempt_hal::placement::note_launcher(&self.launcher_cpu);
-            LAUNCHED.with(|l| l.set(true));
+        if is_submitting() {
+            xpreempt_cuda::placement::note_launcher(&self.launcher_cpu);
+            note_launched();
         }
         if status != SUCCESS {
-            if SUBMITTING.with(Cell::get) {
+            if is_submitting() {
                 return Err(backend("launch", status));
             }
             // From the pending buffer: retrying a call the driver refused cannot help; it counts
@@ -377,18 +205,14 @@ impl StreamHal {
             o.release_hold();
             return Ok(());
         }
-        if sync_point && let Err(e) = self.record(&mut g, seq + 1) {
+        if sync_point
+            && !self.owner_only
+            && let Err(e) = self.record(&mut g, seq + 1)
+        {
             // The command is on the stream: a later record_sync covers its completion.
             shim_log!("sync point after a launch: {e}");
         }
         Ok(())
-    }
-}
-
-pub(super) fn backend(op: &'static str, e: CUresult) -> HalError {
-    HalError::Backend {
-        op,
-        source: std::sync::Arc::new(CuError(e)),
     }
 }
 
@@ -409,10 +233,6 @@ impl HwQueue for StreamHal {
         !self.lv2 || self.lv2_settled()
     }
 
-    fn watcher_ending() {
-        super::fork_gate::thread_ending();
-    }
-
     fn stop_ahead(&self) -> bool {
         self.lv2 && self.lv2_stop_ahead()
     }
@@ -431,26 +251,44 @@ impl HwQueue for StreamHal {
         self.lv2_reactivate(log)
     }
 
+    /// Lv3 adds to Lv2: guard-built kernels are stopped at their next block as at Lv2, and the
+    /// process's timeslice takes the GPU from whatever else it runs. Either stop alone is a stop
+    /// (`restore` undoes whichever was made); only when both fail does the suspension drain.
     fn interrupt(&self) -> Result<(), HalError> {
         if !self.lv3 {
             return Err(self.unsupported("interrupt", Level::Lv3));
         }
+        let flagged = match self.lv2.then(|| self.lv2_deactivate()) {
+            None => false,
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                shim_log!("interrupt: the Lv2 stop failed ({e}); the timeslice alone stops");
+                false
+            }
+        };
         if !self.interrupted.swap(true, Ordering::SeqCst)
             && let Err(e) = super::lv3::interrupt()
         {
             self.interrupted.store(false, Ordering::SeqCst);
-            return Err(backend("interrupt", e));
+            if !flagged {
+                return Err(backend("interrupt", e));
+            }
+            shim_log!("interrupt: the timeslice could not be lowered; the Lv2 stop alone holds");
         }
         Ok(())
     }
 
-    fn restore(&self, _log: &mut [Launched<Deferred>]) -> Result<(), HalError> {
-        // The timeslice only slowed the work down: nothing to relaunch.
+    fn restore(&self, log: &mut [Launched<Deferred>]) -> Result<(), HalError> {
+        // The timeslice only slowed the work down; guard-built kernels stopped by the flag are
+        // relaunched as at Lv2.
         if self.interrupted.swap(false, Ordering::SeqCst)
             && let Err(e) = super::lv3::restore()
         {
             self.interrupted.store(true, Ordering::SeqCst);
             return Err(backend("restore", e));
+        }
+        if self.lv2 {
+            self.lv2_reactivate(log)?;
         }
         Ok(())
     }
@@ -464,13 +302,15 @@ impl HwQueue for StreamHal {
         let started = super::exit_report::LaunchTimes::start();
         let r = self.launch_timed(seq, command, sync_point);
         if let Some(t0) = started {
-            self.launch_times.done(t0, SUBMITTING.with(Cell::get));
+            self.launch_times.done(t0, is_submitting());
         }
         r
     }
 
     fn record_sync(&self) -> Result<(), HalError> {
-        if self.observer.is_some() {
+        if self.observer.is_some() || self.owner_only {
+            // Markers: their completion is proven by `synchronize`; a per-thread stream's
+            // events come from its own thread.
             return Ok(());
         }
         let mut g = self.lock();
@@ -514,7 +354,7 @@ impl HwQueue for StreamHal {
 
     fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
         precise_naps();
-        xpreempt_hal::placement::step_aside(&self.launcher_cpu);
+        xpreempt_cuda::placement::step_aside(&self.launcher_cpu);
         if let Some(o) = &self.observer {
             return o.synchronize(self, upto);
         }
@@ -541,6 +381,13 @@ impl HwQueue for StreamHal {
                 }
                 let (m, ev) = match g.sync.iter().find(|&&(m, _)| m >= upto) {
                     Some(&found) => found,
+                    None if self.owner_only => {
+                        // The stream's own thread records behind its call, just after the
+                        // marker let it go.
+                        drop(g);
+                        std::thread::sleep(poll_nap());
+                        continue;
+                    }
                     None => {
                         let tail = g.launched;
                         (tail, self.record(&mut g, tail)?)
@@ -585,8 +432,13 @@ impl Drop for StreamHal {
             // Retired: its events were destroyed then, or left to the process's end.
             return;
         }
+        let mark = self
+            .owner_mark
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         let g = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        if g.sync.is_empty() && g.free.is_empty() {
+        if g.sync.is_empty() && g.free.is_empty() && mark.is_none() {
             return;
         }
         // Destroyed without waiting (the driver frees an event once its record completes): a
@@ -597,6 +449,9 @@ impl Drop for StreamHal {
         }
         for &ev in &g.free {
             driver::cuEventDestroy_v2(ev);
+        }
+        if let Some(ev) = mark {
+            driver::cuEventDestroy_v2(ev as Handle);
         }
     }
 }

@@ -2,9 +2,9 @@
 //! so that a buffered launch does not depend on memory the application reuses after the call.
 
 use super::driver::{self, CUresult, Handle, SUCCESS};
-use super::hal::{CuError, Deferred, GuardValues, submitting};
+use super::ordering;
 use super::real::Real;
-use super::settings::settings;
+use super::stream::{CuError, Deferred, GuardValues, submitting};
 use super::streams::{self, StreamQueue};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -207,8 +207,13 @@ fn submit_kernel(
 }
 
 fn submit_deferred(q: &StreamQueue, d: Deferred) -> CUresult {
-    if settings().feed_on_submit && q.may_hold() {
-        // Not as the submission: these launches are the buffer's, not the application's call.
+    if q.per_thread {
+        return owner_launch(q, d);
+    }
+    if q.may_hold() {
+        // Refilled here as well as by the completion watcher: a backlogged stream's window is
+        // fed on the application's thread before its submission queues behind it. Not as the
+        // submission: these launches are the buffer's, not the application's call.
         q.xq.refill();
     }
     let cmd = Command::kernel(d).with_props(CommandProps::new(false, false, false));
@@ -230,6 +235,34 @@ fn submit_deferred(q: &StreamQueue, d: Deferred) -> CUresult {
     }
 }
 
+/// A call on a per-thread default stream, which only its own thread can make: the queue gets a
+/// marker, the call waits (on this thread) until the marker has left the queue, as a buffered
+/// command would, then goes to the driver from here with the sync event that completes the
+/// marker behind it. A suspended queue so launches nothing new, and nothing of the call is kept
+/// for later.
+fn owner_launch(q: &StreamQueue, mut d: Deferred) -> CUresult {
+    let marker = Command::kernel(Deferred::new(|| SUCCESS))
+        .with_props(CommandProps::new(false, false, false));
+    QUEUED.fetch_add(1, Ordering::Relaxed);
+    crate::rm::hooks::note_launch(xpreempt_core::OpKind::Kernel as u32);
+    let (r, launched) = submitting(|| q.xq.submit_with_retry(marker, Duration::from_secs(3600)));
+    let seq = match r {
+        Ok(seq) => seq,
+        Err(TrySubmitError::Launch(e)) => return status_of(&e.source),
+        Err(TrySubmitError::Busy(..)) => {
+            shim_log!("admission refused for an hour; launch dropped");
+            return driver::ERROR_NOT_READY;
+        }
+    };
+    if !launched {
+        BUFFERED.fetch_add(1, Ordering::Relaxed);
+        q.wait_launched();
+    }
+    let status = d.call(None);
+    q.xq.hal().owner_recorded(seq);
+    status
+}
+
 fn status_of(e: &xpreempt_core::HalError) -> CUresult {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
@@ -241,9 +274,9 @@ fn status_of(e: &xpreempt_core::HalError) -> CUresult {
     driver::ERROR_INVALID_VALUE
 }
 
-/// After a launch that went straight to the driver in pass-through mode: the stream's queue
-/// hears of it (see `observe`).
-fn observed(stream: Handle, ptsz: bool, status: CUresult) -> CUresult {
+/// After a launch, a set or a copy that went straight to the driver in pass-through mode: the
+/// stream's queue hears of it (see `observe`).
+pub(super) fn observed(stream: Handle, ptsz: bool, status: CUresult) -> CUresult {
     if status != SUCCESS || !streams::observing() || streams::capturing(stream) {
         return status;
     }
@@ -254,6 +287,9 @@ fn observed(stream: Handle, ptsz: bool, status: CUresult) -> CUresult {
     let Some(o) = &hal.observer else {
         return status;
     };
+    if q.per_thread {
+        hal.owner_marked();
+    }
     if o.note_real_launch() {
         let marker = Command::kernel(Deferred::new(|| SUCCESS))
             .with_props(CommandProps::new(false, false, false));
@@ -277,20 +313,20 @@ pub fn stream_op(
 ) -> CUresult {
     match route(intercept, stream, ptsz) {
         Some(q) => submit(&q, call),
-        None => call(),
+        None => observed(stream, ptsz, call()),
     }
 }
 
 /// Where a launch goes: through the queue (`Some`), or straight to the driver.
 fn route(intercept: bool, stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
     if !intercept || !streams::active() || streams::capturing(stream) {
-        streams::before_direct(stream, ptsz);
+        ordering::before_direct(stream, ptsz);
         return None;
     }
     let q = streams::queue(stream, ptsz);
     match &q {
-        Some(q) => streams::order_before(stream, ptsz, Some(q)),
-        None => streams::before_direct(stream, ptsz),
+        Some(q) => ordering::order_before(stream, ptsz, Some(q)),
+        None => ordering::before_direct(stream, ptsz),
     }
     q
 }
@@ -538,15 +574,9 @@ pub unsafe fn graph(
         // SAFETY: forwarding.
         return observed(stream, ptsz, unsafe { real_fn(exec, stream) });
     };
-    let (exec, stream, legacy, ctx) = (exec as usize, stream as usize, q.legacy, q.ctx);
-    submit(&q, move || {
-        // SAFETY: forwarding the launch as made, or to another stream of the same context,
-        // which may launch any graph of it.
-        let launch = |s: Handle| unsafe { real_fn(exec as Handle, s) };
-        if legacy {
-            super::priority::launch_graph(ctx, stream as Handle, launch)
-        } else {
-            launch(stream as Handle)
-        }
+    let (exec, stream) = (exec as usize, stream as usize);
+    // SAFETY: forwarding the launch as made.
+    submit(&q, move || unsafe {
+        real_fn(exec as Handle, stream as Handle)
     })
 }

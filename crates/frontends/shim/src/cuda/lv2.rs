@@ -1,6 +1,6 @@
 //! Lv2 for intercepted streams (`XPREEMPT_LEVEL=2`): block-level preemption of the application's
 //! guard-built kernels (`xpreempt_guard.cuh`, recognized by `guard`), with the rules of the CUDA
-//! backend's `CudaQueue` and its bookkeeping (`xpreempt_hal::lv2`).
+//! backend's `CudaQueue` and its bookkeeping (`xpreempt_cuda::flight`).
 //!
 //! Each queue gets, at its first guarded launch, a flag word and a completion array in device
 //! memory (through the shim's own libcuda table) and a control stream of the highest priority.
@@ -21,17 +21,17 @@
 //! buffer.
 //!
 //! A suspension sets the flag before it takes the queue's lock (`stop_ahead`, through the gate
-//! of `xpreempt_hal::stop_gate`, as `CudaQueue` does), so that it does not wait for the
+//! of `xpreempt_cuda::stop_gate`, as `CudaQueue` does), so that it does not wait for the
 //! application's launch under way: while it is raised, the stream counts as stopped (the
 //! watermark stays, direct calls and synchronizes wait, an unguarded launch is held back in the
 //! pending buffer) until the deactivate takes the stop over.
 
 use super::driver::{self, CtxGuard, Handle, STREAM_NON_BLOCKING, SUCCESS};
-use super::hal::{Deferred, GuardValues, State, StreamHal, backend};
+use super::stream::{Deferred, GuardValues, Lv2State, Resources, State, Stop, StreamHal, backend};
 use std::sync::atomic::{AtomicU64, Ordering};
+use xpreempt_cuda::flight::{Flight, Relaunch, flag_is_safe, is_clean, relaunch_stopped};
+use xpreempt_cuda::stop_gate::Closed;
 use xpreempt_hal::HalError;
-use xpreempt_hal::lv2::{Flight, Relaunch, flag_is_safe, is_clean, relaunch_stopped};
-use xpreempt_hal::stop_gate::Closed;
 use xpreempt_types::{Launched, Seq};
 
 /// Completion words per slot: the most blocks a guarded launch may have and still be stoppable
@@ -67,41 +67,6 @@ pub extern "C" fn xpreempt_shim_cuda_relaunched() -> u64 {
 #[unsafe(no_mangle)]
 pub extern "C" fn xpreempt_shim_cuda_stopped_ahead() -> u64 {
     STOPPED_AHEAD.load(Ordering::Relaxed)
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stop {
-    Running,
-    /// Flag set; completion frozen. Stays so until a reactivate has relaunched every stopped
-    /// kernel.
-    Flagged,
-    /// Not safe (or nothing) to flag: the window drains as at Lv1.
-    Draining,
-}
-
-/// The device side of a queue's Lv2, made at its first guarded launch.
-struct Resources {
-    control: Handle,
-    flag: u64,
-    done: u64,
-    clear_event: Handle,
-}
-
-pub struct Lv2State {
-    pub flight: Flight,
-    pub stop: Stop,
-    relaunch: Relaunch,
-    stop_event: Option<Handle>,
-    /// `stop_event` was recorded for the current stop (it may come after the flag's set).
-    stop_recorded: bool,
-    res: Option<Resources>,
-    /// Making the resources failed: guarded kernels run as plain ones on this queue.
-    failed: bool,
-    slots: u32,
-    next_slot: u32,
-    epoch: u32,
-    /// Bumped by every flagged stop: an event a poller picked before it proves nothing now.
-    pub generation: u64,
 }
 
 impl Lv2State {

@@ -16,17 +16,10 @@
 //! interrupted at once ("held") and restored when the marker leaves the buffer.
 
 use super::driver::{self, CtxGuard, SUCCESS};
-use super::hal::{StreamHal, backend, poll_nap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use super::stream::{Observer, StreamHal, backend, poll_nap};
+use std::sync::atomic::Ordering;
 use xpreempt_hal::HalError;
 use xpreempt_types::Seq;
-
-#[derive(Default)]
-pub struct Observer {
-    real_launches: AtomicU64,
-    armed: AtomicBool,
-    held: AtomicBool,
-}
 
 impl Observer {
     /// The application's launch went to the driver: whether the queue must hear of it now.
@@ -108,12 +101,26 @@ impl Observer {
         }
     }
 
-    /// Records an event after the stream's latest work and waits for it.
+    /// Records an event after the stream's latest work and waits for it. A per-thread stream's
+    /// own thread records it behind each of its calls (`StreamHal::owner_marked`): this thread
+    /// would record on a stream of its own.
     fn wait_for_stream(&self, hal: &StreamHal) -> Result<(), HalError> {
         let ev = {
             let mut g = hal.lock();
             if g.retired {
                 return Ok(());
+            }
+            if hal.owner_only() {
+                let mark = *hal.owner_mark.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(ev) = mark else {
+                    return Ok(());
+                };
+                hal.begin_poll();
+                drop(g);
+                let _ctx = CtxGuard::enter(hal.ctx);
+                let r = poll(hal, ev as driver::Handle);
+                hal.end_poll();
+                return r;
             }
             let _ctx = CtxGuard::enter(hal.ctx);
             let ev = match g.free.pop() {
@@ -131,15 +138,7 @@ impl Observer {
             hal.begin_poll();
             ev
         };
-        let r = loop {
-            if hal.is_gone() {
-                break SUCCESS;
-            }
-            match driver::cuEventQuery(ev) {
-                driver::ERROR_NOT_READY => std::thread::sleep(poll_nap()),
-                r => break r,
-            }
-        };
+        let r = poll(hal, ev);
         hal.end_poll();
         let mut g = hal.lock();
         // A retired queue's context may be gone with its events: nothing may touch them again.
@@ -147,9 +146,20 @@ impl Observer {
             g.free.push(ev);
         }
         drop(g);
-        match r {
-            SUCCESS => Ok(()),
-            e => Err(backend("cuEventQuery", e)),
+        r
+    }
+}
+
+/// Waits until `ev` has completed (or the queue is gone).
+fn poll(hal: &StreamHal, ev: driver::Handle) -> Result<(), HalError> {
+    loop {
+        if hal.is_gone() {
+            return Ok(());
+        }
+        match driver::cuEventQuery(ev) {
+            driver::ERROR_NOT_READY => std::thread::sleep(poll_nap()),
+            SUCCESS => return Ok(()),
+            e => return Err(backend("cuEventQuery", e)),
         }
     }
 }

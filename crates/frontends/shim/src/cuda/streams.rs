@@ -1,27 +1,34 @@
 //! Each CUstream an application uses (per context for the legacy default stream) becomes an
 //! XQueue registered with the agent. Kernel and graph launches go through the queue (buffered
 //! while the scheduler holds it, launched on the caller's thread otherwise); every other
-//! operation goes straight to the driver once the commands it must follow have been launched,
-//! so the application never observes the buffering.
+//! operation goes straight to the driver once the commands it must follow have been launched
+//! (`ordering`), so the application never observes the buffering.
 
 use super::driver::{
     self, CtxGuard, Handle, STREAM_LEGACY, STREAM_NON_BLOCKING, STREAM_PER_THREAD, SUCCESS,
 };
-use super::hal::StreamHal;
 use super::settings::{Settings, settings};
+use super::stream::StreamHal;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use xpreempt_agent::{Agent, Declaration, Options};
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
-use xpreempt_core::{Hints, Level, QueueConfig};
+use xpreempt_core::{Hints, Level, Priority, QueueConfig};
 
 pub struct StreamQueue {
     pub xq: Arc<SharedXQueue<StreamHal>>,
     pub ctx: usize,
     pub legacy: bool,
     pub non_blocking: bool,
+    /// A thread's per-thread default stream: only its own thread can name it, so its commands
+    /// reach the driver from that thread alone (`launch::owner_launch`): a launch waits while
+    /// the queue is suspended instead of leaving the call buffered.
+    pub per_thread: bool,
+    /// The priority the queue was declared with (the process's): what a call on its stream
+    /// lends the queues it waits for (`ordering`).
+    pub priority: Priority,
     /// The queue may hold buffered commands: only such queues are waited for on behalf of
     /// other streams, so a launch does not visit every queue of the process.
     held: AtomicBool,
@@ -41,14 +48,35 @@ impl StreamQueue {
     /// Waits until everything submitted so far has been handed to the driver.
     #[track_caller]
     pub fn wait_launched(&self) {
+        self.wait(None);
+    }
+
+    /// [`Self::wait_launched`] on behalf of another stream's call of priority `waiter`, which the
+    /// queue inherits while its buffered commands wait.
+    #[track_caller]
+    pub fn wait_launched_for(&self, waiter: Priority) {
+        self.wait(Some(waiter));
+    }
+
+    #[track_caller]
+    fn wait(&self, waiter: Option<Priority>) {
         let started = super::exit_report::start(|| self.xq.pending_len() > 0);
         let site = std::panic::Location::caller();
-        self.xq.wait_launched();
+        match waiter {
+            Some(p) => self.xq.wait_launched_for(p),
+            None => self.xq.wait_launched(),
+        }
         // Kernels stopped at Lv2 are launched again only by the resume; meanwhile nothing may
-        // follow them on the device.
-        while !self.xq.hal().admit_direct() {
-            std::thread::sleep(super::hal::poll_nap());
-            self.xq.wait_launched();
+        // follow them on the device, and the waiter's priority stays lent, the buffer empty or not.
+        if !self.xq.hal().admit_direct() {
+            let _lent = waiter.map(|p| self.xq.lend(p));
+            loop {
+                std::thread::sleep(super::stream::poll_nap());
+                self.xq.wait_launched();
+                if self.xq.hal().admit_direct() {
+                    break;
+                }
+            }
         }
         // Cleared before looking again: a command another thread buffers meanwhile (it marks
         // the queue after buffering) leaves the queue marked.
@@ -65,10 +93,11 @@ fn log_queue(q: &StreamQueue) {
     if !crate::log::log_enabled() {
         return;
     }
-    let kind = match (q.legacy, q.non_blocking) {
-        (true, _) => "legacy",
-        (false, false) => "blocking",
-        (false, true) => "non-blocking",
+    let kind = match (q.legacy, q.per_thread, q.non_blocking) {
+        (true, ..) => "legacy",
+        (_, true, _) => "per-thread",
+        (_, _, false) => "blocking",
+        (_, _, true) => "non-blocking",
     };
     let st = Preemptible::stats(&*q.xq);
     shim_log!(
@@ -81,7 +110,8 @@ fn log_queue(q: &StreamQueue) {
     );
 }
 
-/// Key: (0, stream) for a created stream, (ctx, STREAM_LEGACY) for a context's legacy stream.
+/// Key: (0, stream) for a created stream, (ctx, STREAM_LEGACY) for a context's legacy stream,
+/// (ctx, !thread id) for a thread's per-thread default stream in that context.
 type Key = (usize, usize);
 
 /// `None`: the stream passes through (its queue could not be made).
@@ -144,7 +174,9 @@ extern "C" fn at_exit() {
     }
     // Whatever the scheduler holds back goes out before libcuda's own exit handlers run, and
     // the queues stop calling the driver before those handlers tear the contexts down.
-    super::chaos::stop();
+    if let Some(h) = TEST_HOOKS.get() {
+        (h.exiting)();
+    }
     for q in all() {
         q.wait_launched();
         log_queue(&q);
@@ -157,11 +189,27 @@ extern "C" fn at_exit() {
     }
 }
 
+/// What test machinery (the `chaos` feature) does at the agent's start and at exit, registered
+/// by that machinery itself when the library loads: product code starts no test thread.
+pub struct TestHooks {
+    pub agent_started: fn(),
+    /// Before the queues drain at exit: whatever the machinery holds is let go.
+    pub exiting: fn(),
+}
+
+static TEST_HOOKS: OnceLock<TestHooks> = OnceLock::new();
+
+pub fn set_test_hooks(hooks: TestHooks) {
+    let _ = TEST_HOOKS.set(hooks);
+}
+
 fn agent(s: &Settings) -> Option<&'static Agent> {
     AGENT
         .get_or_init(|| {
             crate::crash::install();
             HOOKS.call_once(|| {
+                // A completion watcher that ends holds forks off until it is gone.
+                xpreempt_core::xqueue::threaded::on_watcher_ending(super::fork_gate::thread_ending);
                 // SAFETY: registering plain extern "C" functions without captured state.
                 unsafe {
                     libc::pthread_atfork(
@@ -177,8 +225,12 @@ fn agent(s: &Settings) -> Option<&'static Agent> {
                 ..Options::default()
             }) {
                 Ok(a) => {
-                    if s.chaos.is_some() {
-                        super::chaos::start(s);
+                    match TEST_HOOKS.get() {
+                        Some(h) => (h.agent_started)(),
+                        None if s.chaos.is_some() => shim_log!(
+                            "XPREEMPT_CHAOS is set, but this shim was built without the `chaos` feature: no random suspensions"
+                        ),
+                        None => {}
                     }
                     Some(a)
                 }
@@ -192,20 +244,33 @@ fn agent(s: &Settings) -> Option<&'static Agent> {
         .as_ref()
 }
 
-/// Whether `stream` (as the application passed it) is a per-thread default stream, which the
-/// shim passes through: only the application's own thread can name it.
+/// Whether `stream` (as the application passed it) is the calling thread's per-thread default
+/// stream.
 pub fn is_per_thread(stream: Handle, ptsz: bool) -> bool {
     let s = stream as usize;
     s == STREAM_PER_THREAD || (ptsz && s == 0)
 }
 
-fn key(stream: Handle) -> (Key, bool, usize) {
+/// Which stream a call names.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Created,
+    Legacy,
+    PerThread,
+}
+
+fn key(stream: Handle, ptsz: bool) -> (Key, Kind, usize) {
     let s = stream as usize;
-    if s == 0 || s == STREAM_LEGACY {
+    if is_per_thread(stream, ptsz) {
         let ctx = driver::current_ctx() as usize;
-        ((ctx, STREAM_LEGACY), true, ctx)
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as usize;
+        ((ctx, !tid), Kind::PerThread, ctx)
+    } else if s == 0 || s == STREAM_LEGACY {
+        let ctx = driver::current_ctx() as usize;
+        ((ctx, STREAM_LEGACY), Kind::Legacy, ctx)
     } else {
-        ((0, s), false, 0)
+        ((0, s), Kind::Created, 0)
     }
 }
 
@@ -221,10 +286,10 @@ thread_local! {
 
 /// The queue of a stream, made on first use; `None` to pass through.
 pub fn queue(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
-    if !enabled() || is_per_thread(stream, ptsz) {
+    if !enabled() {
         return None;
     }
-    let (k, legacy, ctx) = key(stream);
+    let (k, kind, ctx) = key(stream, ptsz);
     let generation = GENERATION.load(Ordering::SeqCst);
     let cached = LAST.with(|l| {
         l.borrow()
@@ -235,18 +300,21 @@ pub fn queue(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
     if cached.is_some() {
         return cached;
     }
-    let found = lookup(k, legacy, ctx, stream);
+    let found = lookup(k, kind, ctx, stream);
     if let Some(q) = &found {
         LAST.with(|l| *l.borrow_mut() = Some((k, generation, Arc::downgrade(q))));
     }
     found
 }
 
-fn lookup(k: Key, legacy: bool, ctx: usize, stream: Handle) -> Option<Arc<StreamQueue>> {
+fn lookup(k: Key, kind: Kind, ctx: usize, stream: Handle) -> Option<Arc<StreamQueue>> {
     if let Some(found) = queues().as_ref().and_then(|m| m.get(&k)) {
         return found.clone();
     }
-    let made = make(stream, legacy, ctx);
+    let made = make(stream, kind, ctx);
+    if kind == Kind::PerThread && made.is_some() {
+        forget_at_thread_exit(k);
+    }
     let (kept, lost) = {
         let mut g = queues();
         let slot = g.get_or_insert_with(HashMap::new).entry(k);
@@ -264,19 +332,21 @@ fn lookup(k: Key, legacy: bool, ctx: usize, stream: Handle) -> Option<Arc<Stream
 
 /// The queue of a stream if it has one already.
 pub fn existing(stream: Handle, ptsz: bool) -> Option<Arc<StreamQueue>> {
+    // A per-thread stream's queue holds no call back from the driver (its own thread makes
+    // them, `launch::owner_launch`): nothing to wait for.
     if !active() || is_per_thread(stream, ptsz) {
         return None;
     }
-    let (k, _, _) = key(stream);
+    let (k, _, _) = key(stream, ptsz);
     queues().as_ref().and_then(|m| m.get(&k).cloned().flatten())
 }
 
-fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
+fn make(stream: Handle, kind: Kind, ctx: usize) -> Option<Arc<StreamQueue>> {
     let s = settings();
     let agent = agent(s)?;
     let mut ctx = ctx as Handle;
     let mut flags = 0u32;
-    if !legacy
+    if kind == Kind::Created
         && (driver::cuStreamGetCtx(stream, &mut ctx) != SUCCESS
             || driver::cuStreamGetFlags(stream, &mut flags) != SUCCESS)
     {
@@ -290,20 +360,14 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
         let _g = CtxGuard::enter(ctx);
         driver::cuCtxGetDevice(&mut device);
     }
-    let hal_stream = if legacy {
-        STREAM_LEGACY as Handle
-    } else {
-        stream
+    let hal_stream = match kind {
+        Kind::Legacy => STREAM_LEGACY as Handle,
+        Kind::PerThread => STREAM_PER_THREAD as Handle,
+        Kind::Created => stream,
     };
     let (threshold, batch) = s.window();
     let config = match QueueConfig::new(threshold, batch, s.level) {
-        Ok(c) => {
-            let c = c.with_idle_linger(s.idle_linger_us.saturating_mul(1_000));
-            match s.burst_gap_us {
-                Some(us) => c.with_burst_gap(us.saturating_mul(1_000)),
-                None => c,
-            }
-        }
+        Ok(c) => c,
         Err(e) => {
             shim_log!("queue settings: {e}; stream passes through");
             return None;
@@ -318,13 +382,27 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
     };
     let lv3 = s.level == Level::Lv3 && super::lv3::available();
     let lv2 = s.level >= Level::Lv2;
-    let hal = StreamHal::new(ctx, hal_stream, lv3, lv2, s.pass_through, threshold);
+    if s.pass_through && !lv3 {
+        say_once_pass_through_cannot_preempt(s.level);
+    }
+    let per_thread = kind == Kind::PerThread;
+    let hal = StreamHal::new(
+        ctx,
+        hal_stream,
+        lv3,
+        lv2,
+        s.pass_through,
+        per_thread,
+        threshold,
+    );
     match agent.queue(decl, config, hal) {
         Ok(xq) => Some(Arc::new(StreamQueue {
             xq,
             ctx: ctx as usize,
-            legacy,
+            legacy: kind == Kind::Legacy,
             non_blocking: flags & STREAM_NON_BLOCKING != 0,
+            per_thread,
+            priority: s.priority,
             held: AtomicBool::new(false),
         })),
         Err(e) => {
@@ -334,12 +412,54 @@ fn make(stream: Handle, legacy: bool, ctx: usize) -> Option<Arc<StreamQueue>> {
     }
 }
 
+/// Pass-through holds nothing back, so only Lv3 preempts it: without Lv3 its queues are
+/// observed and never stopped, which the user is told once, whatever the log level.
+fn say_once_pass_through_cannot_preempt(level: Level) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    if level < Level::Lv3 {
+        shim_log!(
+            "pass-through at level {}: only level 3 (the process's timeslice) can preempt a program whose launches go straight to the driver; its streams are observed, never stopped",
+            level as u8
+        );
+    } else {
+        shim_log!(
+            "pass-through without level 3 (no channel group of this process was seen: under MPS, or on an unmeasured driver): its streams are observed, never stopped"
+        );
+    }
+}
+
 /// A stream is destroyed: what it holds goes out first, then it leaves the scheduler.
 pub fn forget(stream: Handle) {
     if !enabled() {
         return;
     }
-    let (k, _, _) = key(stream);
+    let (k, _, _) = key(stream, false);
+    forget_key(k);
+}
+
+/// A thread's per-thread streams go with it: their queues leave at its exit (a TLS
+/// destructor; the process's own exit retires whatever is left).
+fn forget_at_thread_exit(k: Key) {
+    struct Leaving(RefCell<Vec<Key>>);
+    impl Drop for Leaving {
+        fn drop(&mut self) {
+            if enabled() {
+                for k in self.0.take() {
+                    forget_key(k);
+                }
+            }
+        }
+    }
+    thread_local! {
+        static LEAVING: Leaving = const { Leaving(RefCell::new(Vec::new())) };
+    }
+    let _ = LEAVING.try_with(|l| l.0.borrow_mut().push(k));
+}
+
+fn forget_key(k: Key) {
     let gone = queues().as_mut().and_then(|m| m.remove(&k)).flatten();
     GENERATION.fetch_add(1, Ordering::SeqCst);
     if let Some(q) = gone {
@@ -394,11 +514,10 @@ pub fn quiesce() {
     }
 }
 
-/// Waits for the queues matching `f` that may hold buffered commands (none, usually: then this
-/// neither allocates nor takes a queue's lock).
-#[track_caller]
-fn drain_where(f: impl Fn(&StreamQueue) -> bool) {
-    let held: Vec<Arc<StreamQueue>> = queues()
+/// The queues matching `f` that may hold buffered commands (none, usually: then this neither
+/// allocates nor takes a queue's lock), for a call that must wait for them (`ordering`).
+pub fn held_where(f: impl Fn(&StreamQueue) -> bool) -> Vec<Arc<StreamQueue>> {
+    queues()
         .as_ref()
         .map(|m| {
             m.values()
@@ -407,97 +526,7 @@ fn drain_where(f: impl Fn(&StreamQueue) -> bool) {
                 .cloned()
                 .collect()
         })
-        .unwrap_or_default();
-    for q in held {
-        q.wait_launched();
-    }
-}
-
-/// Before `stream` gets work that bypasses its queue (or before its queue gets more work): the
-/// commands CUDA orders it after are handed to the driver first. The legacy default stream
-/// follows every blocking stream of its context and they follow it; a per-thread default
-/// stream is blocking too.
-pub fn order_before(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
-    if !active() {
-        return;
-    }
-    if is_per_thread(stream, ptsz) {
-        let ctx = driver::current_ctx() as usize;
-        return drain_where(|q| q.legacy && q.ctx == ctx);
-    }
-    match own {
-        Some(q) if q.legacy => {
-            let ctx = q.ctx;
-            // Not its own buffer: its queue keeps that order, and a wait for it cost a
-            // backlogged PyTorch training a fifth of its throughput (H100, window 16: 0.80 of
-            // native with the wait, 0.98 without).
-            drain_where(|o| o.ctx == ctx && !o.non_blocking && !o.legacy);
-        }
-        Some(q) if !q.non_blocking => {
-            let ctx = q.ctx;
-            drain_where(|o| o.legacy && o.ctx == ctx);
-        }
-        _ => {}
-    }
-}
-
-/// Before a direct call on `stream`: its own queue and what it is ordered after are launched.
-pub fn before_direct(stream: Handle, ptsz: bool) {
-    if !active() {
-        return;
-    }
-    let own = existing(stream, ptsz);
-    if let Some(q) = &own {
-        q.wait_launched();
-    }
-    order_after_others(stream, ptsz, own.as_deref());
-}
-
-/// What a direct call on `stream` is ordered after, beyond its own queue: `order_before`, and
-/// for a stream without a queue yet that is a context's legacy stream, the context's blocking
-/// streams.
-fn order_after_others(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
-    order_before(stream, ptsz, own);
-    if own.is_none() && !is_per_thread(stream, ptsz) {
-        let s = stream as usize;
-        if s == 0 || s == STREAM_LEGACY {
-            let ctx = driver::current_ctx() as usize;
-            drain_where(|o| o.ctx == ctx && !o.non_blocking);
-        }
-    }
-}
-
-/// Before a synchronize of `stream`: what `before_direct` does, except that the stream's own
-/// queue keeps its guarded kernels stoppable (a synchronize adds no work behind them). Returns
-/// that queue and its Lv2 generation: if a stop came while the driver waited, the synchronize
-/// returned early and must be made again (`StreamHal::stopped_since`).
-pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)> {
-    if !active() {
-        return None;
-    }
-    let own = existing(stream, ptsz);
-    let seen = own.as_ref().map(|q| {
-        let started = super::exit_report::start(|| q.xq.pending_len() > 0);
-        let generation = loop {
-            q.xq.wait_launched();
-            if let Some(generation) = q.xq.hal().admit_sync() {
-                break generation;
-            }
-            std::thread::sleep(super::hal::poll_nap());
-        };
-        super::exit_report::done(started, std::panic::Location::caller());
-        generation
-    });
-    order_after_others(stream, ptsz, own.as_deref());
-    own.zip(seen)
-}
-
-/// Before a synchronous call (copies, frees, unloads, context teardown): everything buffered
-/// anywhere in the process goes out.
-pub fn drain_all() {
-    if active() {
-        drain_where(|_| true);
-    }
+        .unwrap_or_default()
 }
 
 /// A launch on `stream` while a capture is active goes straight to the driver.

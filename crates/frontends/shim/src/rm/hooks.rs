@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use xpreempt_bpf::ctx::{WORK_CHANNEL, WORK_SUBMIT};
 use xpreempt_bpf::rm::RmGroup;
-use xpreempt_hal::nvidia::{MEASURED_BRANCH, VERSION_FILE, is_measured, kernel_module_version};
+use xpreempt_cuda::nvidia::{VERSION_FILE, check_driver, forced};
 
 const UNREAD: u8 = 0;
 const TRACKING: u8 = 1;
@@ -62,7 +62,7 @@ fn config() -> &'static Config {
         Config {
             mode: Mode::from_env(get),
             bound: Bound::from_env(get),
-            force: get("XPREEMPT_RM_FORCE").is_some_and(|v| v == "1"),
+            force: forced(),
             priority: crate::cuda::settings::settings().priority,
         }
     })
@@ -94,20 +94,6 @@ fn backend() -> MutexGuard<'static, Option<Backend>> {
     BACKEND.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether the hooks may act on this driver: `Ok(version)` or why not.
-pub fn check_driver(text: Option<&str>, force: bool) -> Result<String, String> {
-    let v = text
-        .and_then(kernel_module_version)
-        .ok_or_else(|| format!("cannot read the driver version from {VERSION_FILE}"))?;
-    if is_measured(&v) || force {
-        Ok(v)
-    } else {
-        Err(format!(
-            "driver {v} is not a measured version ({MEASURED_BRANCH}x); set XPREEMPT_RM_FORCE=1 to try anyway"
-        ))
-    }
-}
-
 /// Opens the backend at the first compute channel group; false if the hooks stay off.
 fn activate() -> bool {
     match STATE.load(Ordering::Acquire) {
@@ -126,6 +112,7 @@ fn activate() -> bool {
             || check_driver(None, cfg.force),
             |t| check_driver(Some(&t), cfg.force),
         )
+        .map_err(|e| e.to_string())
         .and_then(|v| Backend::open(&cfg.mode).map(|(b, what)| (b, what, v)));
     match opened {
         Ok((backend, what, version)) => {

@@ -1,7 +1,8 @@
 /* An application that reaches libcuda the way the CUDA runtime does: dlopen, then dlsym of
  * cuGetProcAddress_v2, then every entry point through it. Launches N kernels on stream 0x10
- * with arguments it overwrites right after each call, interleaved with copies, then syncs.
- * Prints how many launches the shim saw (0 when it is absent or off). */
+ * with arguments it overwrites right after each call, interleaved with copies, then syncs
+ * (with FAKE_APP_COPIES_ONLY: N copies and no launch). Prints how many launches the shim saw
+ * (0 when it is absent or off). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,12 @@ int main(int argc, char **argv) {
         getproc("cuMemcpyHtoDAsync", (void **)&copy, 12000, 0, 0) ||
         getproc("cuStreamSynchronize", (void **)&sync, 12000, 0, 0)) return 3;
     void *stream = (void *)0x10;
+    int copies_only = getenv("FAKE_APP_COPIES_ONLY") != NULL;
     for (int i = 0; i < n; i++) {
+        if (copies_only) {
+            if (copy(0, &i, sizeof i, stream)) return 5;
+            continue;
+        }
         int a = i; long b = 10L * i;
         void *params[2] = {&a, &b};
         if (launch((void *)0xf00, 1, 1, 1, 1, 1, 1, 0, stream, params, 0)) return 4;

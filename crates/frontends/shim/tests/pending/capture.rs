@@ -56,59 +56,40 @@ fn graph_in_legacy_order(o: &Outcome) {
     o.log.assert_before(11, 4);
 }
 
-/// A graph launched on the legacy stream keeps that stream's order in every mode. With
-/// `XPREEMPT_GRAPH_PROXY=1` a process above priority 0 runs it at its own stream priority (the
-/// simulated device's range is 0 to -5: -3 at priority 5, -5 at 10), buffered and under random
-/// suspensions too, while the legacy stream's kernels stay at the legacy stream's priority;
-/// without it the graph stays there.
+/// A graph launched on the legacy stream keeps that stream's order in every mode (buffered and
+/// under random suspensions too) and stays at the legacy stream's priority, which cannot change;
+/// created streams of a process above priority 0 get its stream priority (the simulated
+/// device's range is 0 to -5: -5 at priority 10).
 #[test]
-fn a_graph_on_the_legacy_stream_keeps_its_order_and_runs_at_the_process_priority() {
+fn a_graph_on_the_legacy_stream_keeps_its_order() {
     everywhere("graph-legacy", |o| {
         graph_in_legacy_order(o);
         assert_eq!(o.log.kernel(10).prio, 0, "{}", o.label);
     });
-    for (priority, want) in [(5, -3), (10, -5)] {
-        for mut config in [defaults(), window1(), chaos(5)] {
-            config.env.push(("XPREEMPT_GRAPH_PROXY".into(), "1".into()));
-            let o = run("graph-legacy", &at_priority(config, priority));
-            graph_in_legacy_order(&o);
-            let prio = |id| o.log.kernel(id).prio;
-            assert_eq!(
-                [prio(10), prio(11), prio(1), prio(2), prio(3)],
-                [want, want, want, 0, 0],
-                "{}",
-                o.label
-            );
-        }
-    }
-    let o = run("graph-legacy", &at_priority(defaults(), 10));
-    graph_in_legacy_order(&o);
-    assert_eq!(o.log.kernel(10).prio, 0);
-    assert_eq!(
-        o.log.kernel(1).prio,
-        -5,
-        "created streams get the priority anyway"
-    );
-}
-
-/// The graph proxy and a context reset: the first context's private stream and events go before
-/// the context does (the simulated driver reports a use of a destroyed stream as a violation),
-/// and the new context's graph gets a private stream of its own.
-#[test]
-fn a_reset_context_takes_its_graph_proxy_along() {
-    let check = |o: &Outcome, want: i64| {
-        o.log.assert_in_order(&[1, 10, 11, 2, 3, 12, 13, 4]);
+    for config in [defaults(), window1(), chaos(5)] {
+        let o = run("graph-legacy", &at_priority(config, 10));
+        graph_in_legacy_order(&o);
         let prio = |id| o.log.kernel(id).prio;
         assert_eq!(
-            [prio(10), prio(12), prio(2)],
-            [want, want, 0],
+            [prio(10), prio(11), prio(1), prio(2), prio(3)],
+            [0, 0, -5, 0, 0],
             "{}",
             o.label
         );
+    }
+}
+
+/// A graph on the legacy stream across a primary context reset: the order holds on both
+/// contexts, at every window and under random suspensions.
+#[test]
+fn a_graph_on_the_legacy_stream_keeps_its_order_across_a_context_reset() {
+    let check = |o: &Outcome| {
+        o.log.assert_in_order(&[1, 10, 11, 2, 3, 12, 13, 4]);
+        let prio = |id| o.log.kernel(id).prio;
+        assert_eq!([prio(10), prio(12), prio(2)], [0, 0, 0], "{}", o.label);
     };
-    check(&run("graph-legacy-reset", &crate::harness::native()), 0);
-    for mut config in [defaults(), window1(), chaos(6)] {
-        config.env.push(("XPREEMPT_GRAPH_PROXY".into(), "1".into()));
-        check(&run("graph-legacy-reset", &at_priority(config, 10)), -5);
+    check(&run("graph-legacy-reset", &crate::harness::native()));
+    for config in [defaults(), window1(), chaos(6)] {
+        check(&run("graph-legacy-reset", &at_priority(config, 10)));
     }
 }

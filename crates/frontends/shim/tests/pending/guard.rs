@@ -8,7 +8,8 @@
 //! kernel makes the suspension drain instead; an unload forgets which handles are guarded.
 
 use crate::harness::{
-    Config, GuardRuns, Log, Outcome, Proc, chaos, defaults, lv2, native, pass_through, run, window1,
+    Config, GuardRuns, Log, Outcome, Proc, chaos, defaults, lv2, lv3, native, pass_through, run,
+    window1,
 };
 use crate::suspended::{hold_off, private_daemon, release, under_daemon};
 
@@ -63,9 +64,14 @@ fn assert_each_block_once(o: &Outcome, ids: &[(i64, Kind)]) {
     }
 }
 
-/// The counters the application printed: (guarded launches, relaunches).
 /// (guarded launches, relaunches, stops ahead) from the program's `@guard` line.
 fn counters(o: &Outcome) -> (u64, u64, u64) {
+    let c = all_counters(o);
+    (c[0], c[1], c[2])
+}
+
+/// The `@guard` line's counters, the stand-in timeslice's lowerings last.
+fn all_counters(o: &Outcome) -> [u64; 4] {
     let line = o
         .stdout
         .iter()
@@ -77,7 +83,12 @@ fn counters(o: &Outcome) -> (u64, u64, u64) {
             .and_then(|v| v.parse().ok())
             .unwrap()
     };
-    (get("guarded="), get("relaunched="), get("stopped_ahead="))
+    [
+        get("guarded="),
+        get("relaunched="),
+        get("stopped_ahead="),
+        get("lv3_lowered="),
+    ]
 }
 
 #[test]
@@ -94,6 +105,7 @@ fn guarded_kernels_run_every_block_once_in_order_at_every_level() {
         (lv2(chaos(1)), true),
         (lv2(chaos(2)), true),
         (lv2(chaos(3)), true),
+        (lv3(defaults()), true),
     ];
     let (mut stopped_midway, mut relaunched) = (0, 0);
     for (config, filled) in &configs {
@@ -141,6 +153,42 @@ fn guarded_kernels_run_every_block_once_in_order_at_every_level() {
         stopped_midway > 0 && relaunched > 0,
         "random suspensions never stopped a guarded kernel between its blocks ({stopped_midway} \
          stopped, {relaunched} relaunched): the relaunch was not tested"
+    );
+}
+
+/// Level 3 adds to Lv2: with the process's timeslice available (a stand-in here), a suspension
+/// both lowers the slice and stops guard-built kernels between their blocks, and the resume
+/// relaunches exactly their missing blocks; plain kernels keep Lv1's window underneath.
+#[test]
+fn level_three_keeps_stopping_guarded_kernels_between_blocks() {
+    let ids = basic_ids();
+    let order: Vec<i64> = ids.iter().map(|&(id, _)| id).collect();
+    let (mut lowered, mut relaunched, mut stopped_midway) = (0, 0, 0);
+    for seed in 1..=3 {
+        let o = run("guard-basic", &lv3(chaos(seed)));
+        assert_each_block_once(&o, &ids);
+        o.log.assert_in_order(&order);
+        let [guarded, re, _, low] = all_counters(&o);
+        assert!(
+            guarded > 0,
+            "{}: no guarded kernel got its guard values",
+            o.label
+        );
+        lowered += low;
+        relaunched += re;
+        stopped_midway += ids
+            .iter()
+            .map(|&(id, _)| o.log.guarded.get(&id).map_or(0, |r| r.stopped_midway))
+            .sum::<usize>();
+    }
+    assert!(
+        lowered > 0,
+        "no suspension lowered the timeslice: Lv3 was not used"
+    );
+    assert!(
+        stopped_midway > 0 && relaunched > 0,
+        "at level 3 no guarded kernel was stopped between its blocks ({stopped_midway} stopped, \
+         {relaunched} relaunched): Lv2 is off under Lv3"
     );
 }
 

@@ -161,23 +161,19 @@ pub fn chaos(seed: u64) -> Config {
     )
 }
 
-/// Random suspensions with a small window that only the completion watcher refills
-/// (`XPREEMPT_FEED_ON_SUBMIT=0`; by default submissions refill it too).
-pub fn watcher_fed(seed: u64) -> Config {
-    intercepting(
-        format!("watcher-fed{seed}"),
-        &[
-            ("XPREEMPT_WINDOW", "2".into()),
-            ("XPREEMPT_FEED_ON_SUBMIT", "0".into()),
-            ("XPREEMPT_CHAOS", format!("{seed}:200")),
-        ],
-    )
-}
-
 /// The same at Lv2 (`XPREEMPT_LEVEL=2`): guard-built kernels are stopped and relaunched.
 pub fn lv2(mut c: Config) -> Config {
     c.name = format!("{}-lv2", c.name);
     c.env.push(("XPREEMPT_LEVEL".into(), "2".into()));
+    c
+}
+
+/// The same at Lv3 (`XPREEMPT_LEVEL=3`) with the test machinery's stand-in for the process's
+/// timeslice (`XPREEMPT_TEST_LV3=1`), so that Lv3 is available without a GPU.
+pub fn lv3(mut c: Config) -> Config {
+    c.name = format!("{}-lv3", c.name);
+    c.env.push(("XPREEMPT_LEVEL".into(), "3".into()));
+    c.env.push(("XPREEMPT_TEST_LV3".into(), "1".into()));
     c
 }
 
@@ -225,7 +221,6 @@ impl Proc {
             .env_remove("XPREEMPT_INTERCEPT")
             .env_remove("XPREEMPT_CHAOS")
             .env_remove("XPREEMPT_WINDOW")
-            .env_remove("XPREEMPT_FEED_ON_SUBMIT")
             .env_remove("XPREEMPT_PRIORITY")
             .env_remove("XPREEMPT_PASS_THROUGH")
             .stdin(Stdio::piped())
@@ -269,7 +264,12 @@ impl Proc {
 
     /// Waits for the next line the application prints, which must be `want`.
     pub fn expect(&mut self, want: &str) {
-        match self.lines.recv_timeout(RUN_LIMIT) {
+        self.expect_within(want, RUN_LIMIT);
+    }
+
+    /// [`Self::expect`], for at most `limit`.
+    pub fn expect_within(&mut self, want: &str, limit: Duration) {
+        match self.lines.recv_timeout(limit) {
             Ok(line) => {
                 assert_eq!(line, want, "{}: {}", self.label, self.stderr());
                 self.stdout.push(line);
@@ -278,7 +278,7 @@ impl Proc {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 panic!(
-                    "{}: no '{want}' line; stderr: {}",
+                    "{}: no '{want}' line within {limit:?}; stderr: {}",
                     self.label,
                     self.stderr()
                 );
@@ -362,8 +362,7 @@ pub fn run(scenario: &str, config: &Config) -> Outcome {
 }
 
 /// Runs a scenario natively, in pass-through mode, with the shim's defaults, with a window of
-/// one, under random suspensions, and so with the window refilled by the watcher alone, applying
-/// `check` to each; under the window of one, launches must have been buffered.
+/// one and under random suspensions, applying `check` to each; under the window of one, launches must have been buffered.
 pub fn everywhere(scenario: &str, check: impl Fn(&Outcome)) {
     let configs = [
         native(),
@@ -373,7 +372,7 @@ pub fn everywhere(scenario: &str, check: impl Fn(&Outcome)) {
         chaos(1),
         chaos(2),
         chaos(3),
-        watcher_fed(4),
+        chaos(4),
     ];
     for config in &configs {
         let o = run(scenario, config);

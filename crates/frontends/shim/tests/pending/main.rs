@@ -6,12 +6,14 @@
 //! rule with launches that the shim really holds back: behind a gated kernel with a window of one
 //! command, under random suspensions (`XPREEMPT_CHAOS`), while the local scheduler takes turns
 //! between streams, and (`suspended`) under a real daemon that keeps the process suspended for
-//! as long as the test wants. Every scenario also runs on the simulated driver alone, so its
-//! checks are CUDA's semantics and not the shim's. `guard` checks Lv2 for guard-built kernels.
+//! as long as the test wants, and (`inherit`) while a stream waits for another one that the
+//! daemon stopped for a third process. Every scenario also runs on the simulated driver alone, so
+//! its checks are CUDA's semantics and not the shim's. `guard` checks Lv2 for guard-built kernels.
 
 mod capture;
 mod guard;
 mod harness;
+mod inherit;
 mod lifecycle;
 mod order;
 mod suspended;

@@ -53,7 +53,7 @@ fn non_blocking_streams_are_exempt_from_the_legacy_streams_synchronization() {
 }
 
 #[test]
-fn per_thread_default_streams_pass_through_after_the_legacy_stream() {
+fn per_thread_default_streams_have_queues_and_follow_the_legacy_stream() {
     everywhere("per-thread", |o| {
         o.log.assert_in_order(&[1, 2, 3]);
         o.log.assert_in_order(&[4, 5, 6]);

@@ -150,3 +150,40 @@ fn the_suspension_scenario_holds_on_the_driver_alone() {
     o.log.assert_in_order(&[1, 2, 3]);
     o.log.assert_before(3, 4);
 }
+
+/// A per-thread default stream is gated like any other: while the holder holds the device, a
+/// launch on the low process's per-thread stream neither reaches the driver nor returns (its
+/// thread alone can name the stream, so the launch waits there); when the holder lets go it runs.
+#[test]
+fn a_suspended_per_thread_stream_launches_nothing() {
+    let (daemon, socket) = private_daemon("per-thread");
+    let mut low = Proc::spawn("per-thread-held", &under_daemon(&socket, 0), &[]);
+    low.expect("@ready");
+    let (holder, _op) = hold_off(&socket, &low);
+    low.send("go");
+    low.expect("@blocked");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !submitted(&low.log, 22),
+        "a suspended per-thread stream's kernel reached the driver (log {})",
+        low.log.display()
+    );
+    low.send("check");
+    low.expect("@checked");
+    let o = release(holder, low);
+    o.log.assert_in_order(&[21, 22]);
+    drop(daemon);
+}
+
+/// The same conversation with the simulated driver alone.
+#[test]
+fn the_per_thread_scenario_holds_on_the_driver_alone() {
+    let mut low = Proc::spawn("per-thread-held", &native(), &[]);
+    low.expect("@ready");
+    low.send("go");
+    low.expect("@blocked");
+    low.send("check");
+    low.expect("@checked");
+    low.send("finish");
+    low.finish().log.assert_in_order(&[21, 22]);
+}

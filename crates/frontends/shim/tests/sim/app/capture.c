@@ -91,8 +91,8 @@ static void *two_kernel_graph(long first) {
 
 /* A graph launched on the legacy default stream keeps that stream's order both ways: it follows
  * kernel 2 (and so kernel 1 on a blocking stream), and kernel 3 on the legacy stream and kernel 4
- * on the blocking stream follow it. (Under the shim at a priority above 0 it may run on a stream
- * of the process's priority: the test reads the priority in the driver's log.) */
+ * on the blocking stream follow it. (The test reads each kernel's stream priority in the driver's
+ * log: the graph stays at the legacy stream's.) */
 void graph_legacy(void) {
     CUstream a = new_stream(0);
     void *exec = two_kernel_graph(10);
@@ -104,8 +104,7 @@ void graph_legacy(void) {
     CHECK(cu.CtxSynchronize());
 }
 
-/* The same before and after the primary context is reset: whatever the shim made in the first
- * context for its graphs goes before that context does, and the new context's graph keeps its
+/* The same before and after the primary context is reset: the new context's graph keeps its
  * legacy stream's order too. */
 void graph_legacy_reset(void) {
     void *exec = two_kernel_graph(10);

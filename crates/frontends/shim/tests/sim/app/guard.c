@@ -46,9 +46,9 @@ static void expect_once(CUdeviceptr p, int n, const char *what) {
 }
 
 static void report(void) {
-    printf("@guard guarded=%llu relaunched=%llu stopped_ahead=%llu\n",
+    printf("@guard guarded=%llu relaunched=%llu stopped_ahead=%llu lv3_lowered=%llu\n",
            shim_counter("xpreempt_shim_cuda_guarded"), shim_counter("xpreempt_shim_cuda_relaunched"),
-           shim_counter("xpreempt_shim_cuda_stopped_ahead"));
+           shim_counter("xpreempt_shim_cuda_stopped_ahead"), shim_counter("xpreempt_shim_test_lv3_lowered"));
 }
 
 /* Rounds of: guarded kernel, plain kernel, guarded kernel with an async copy of its counters
@@ -172,5 +172,5 @@ void guard_unload(void) {
     EXPECT(cu.state(302) == DONE, "the plain kernel on a reused handle did not run as launched");
     EXPECT(shim_counter("xpreempt_shim_cuda_guarded") == after, "the plain kernel got guard values");
     expect_once(c, BLOCKS, "the guarded kernel");
-    printf("@guard guarded=%llu relaunched=0 stopped_ahead=0\n", after - before);
+    printf("@guard guarded=%llu relaunched=0 stopped_ahead=0 lv3_lowered=0\n", after - before);
 }

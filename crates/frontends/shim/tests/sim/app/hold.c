@@ -5,6 +5,7 @@
 #include "cu.h"
 #include "scenarios.h"
 #include <pthread.h>
+#include <unistd.h>
 
 void hold(void) {
     CUstream s = new_stream(CU_STREAM_NON_BLOCKING);
@@ -90,4 +91,44 @@ void suspended(void) {
     CHECK(cu.StreamSynchronize(b));
     EXPECT(cu.before(3, 4), "stream b waited for the event's earlier record: kernel 4 ran before kernel 3 ended");
     CHECK(cu.StreamSynchronize(a));
+}
+
+/* A per-thread default stream under a suspension: its thread makes its stream's queue (kernel
+ * 21) before the test holds the device, then launches kernel 22 on it, which must not reach the
+ * driver while the process is suspended. The launch waits on its own thread (only that thread
+ * can name the stream), so the program sees a slow launch, never a reordered one. */
+static volatile int pt_ready, pt_go, pt_launched;
+
+static void *per_thread_worker(void *arg) {
+    (void)arg;
+    thread_setup();
+    K(CU_STREAM_PER_THREAD, 21, 100, 0, 0);
+    CHECK(cu.StreamSynchronize(CU_STREAM_PER_THREAD));
+    pt_ready = 1;
+    while (!pt_go) usleep(1000);
+    K(CU_STREAM_PER_THREAD, 22, 100, 0, 0);
+    pt_launched = 1;
+    CHECK(cu.StreamSynchronize(CU_STREAM_PER_THREAD));
+    EXPECT(cu.state(22) == DONE, "the per-thread stream's synchronize returned before kernel 22 ran");
+    return NULL;
+}
+
+void per_thread_held(void) {
+    pthread_t t;
+    pthread_create(&t, NULL, per_thread_worker, NULL);
+    while (!pt_ready) usleep(1000);
+    say("@ready");
+    expect_line("go");
+    pt_go = 1;
+    usleep(50000);
+    say("@blocked");
+    expect_line("check");
+    if (under_shim) {
+        EXPECT(!pt_launched, "a launch on the suspended per-thread stream returned");
+        EXPECT(cu.state(22) == ABSENT, "a suspended per-thread stream's kernel reached the driver");
+    }
+    say("@checked");
+    expect_line("finish");
+    pthread_join(t, NULL);
+    EXPECT(pt_launched && cu.state(22) == DONE, "kernel 22 never ran");
 }

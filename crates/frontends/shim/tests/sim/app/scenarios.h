@@ -29,6 +29,8 @@
     X("threads", threads)                                                                          \
     X("hold", hold)                                                                                \
     X("suspended", suspended)                                                                      \
+    X("per-thread-held", per_thread_held)                                                          \
+    X("inherit", inherit)                                                                          \
     X("gate-legacy", gate_legacy)                                                                  \
     X("gate-record", gate_record)                                                                  \
     X("gate-own-legacy", gate_own_legacy)                                                          \

@@ -29,19 +29,13 @@ pub struct Args {
     /// Decisions to measure.
     #[arg(long, default_value_t = 2000)]
     samples: u32,
-    /// How long the daemon's fast-path threads spin before sleeping (µs).
-    #[arg(long, default_value_t = 50)]
-    spin_us: u64,
     /// How long the agents' control threads spin before sleeping (µs).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 0)]
     agent_spin_us: u64,
     /// How long an agent whose queue a higher one may preempt keeps spinning after the last
     /// such preemption (µs; 0: never spins longer than --agent-spin-us).
     #[arg(long, default_value_t = 50_000)]
     agent_hot_us: u64,
-    /// Run the daemon without the fast path: every suspension waits for its decision.
-    #[arg(long)]
-    no_fast_path: bool,
     /// How long to watch the idle daemon's CPU use (s).
     #[arg(long, default_value_t = 3.0)]
     idle_secs: f64,
@@ -54,10 +48,8 @@ pub struct Args {
 struct Result_ {
     clients: u32,
     samples: usize,
-    spin_us: u64,
     agent_spin_us: u64,
     agent_hot_us: u64,
-    fast_path: bool,
     ready_to_suspend_us: Percentiles,
     daemon_cpu_idle_pct: f64,
     daemon_cpu_load_pct: f64,
@@ -117,12 +109,7 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
     if args.clients < 2 || args.samples == 0 {
         bail!("--clients must be at least 2 and --samples at least 1");
     }
-    let spin = args.spin_us.to_string();
-    let mut extra = vec!["--spin-us", spin.as_str()];
-    if args.no_fast_path {
-        extra.push("--no-fast-path");
-    }
-    let daemon = Daemon::start("daemon", &extra)?;
+    let daemon = Daemon::start("daemon", &[])?;
     let socket = daemon.socket.clone();
     let exe = std::env::current_exe()?;
     let idle = cpu_pct(daemon.pid(), Duration::from_secs_f64(args.idle_secs))?;
@@ -209,18 +196,12 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
     let r = Result_ {
         clients: args.clients,
         samples: samples.len(),
-        spin_us: args.spin_us,
         agent_spin_us: args.agent_spin_us,
         agent_hot_us: args.agent_hot_us,
-        fast_path: !args.no_fast_path,
         ready_to_suspend_us,
         daemon_cpu_idle_pct: idle,
         daemon_cpu_load_pct: load,
-        path: if args.no_fast_path {
-            "scheduler (xpreemptd decides every suspension; shared-memory slots)"
-        } else {
-            "scheduler (xpreemptd; the fast path: the agents of one user stop preempted queues through their board, the daemon confirms)"
-        },
+        path: "scheduler (xpreemptd; the fast path: the agents of one user stop preempted queues through their board, the daemon confirms)",
     };
     if let Some(p) = &args.out {
         std::fs::write(p, serde_json::to_string_pretty(&r)?)
@@ -228,12 +209,10 @@ pub fn run(out: &Output, args: &Args) -> Result<()> {
     }
     out.emit(&r, || {
         format!(
-            "daemon decision latency, {} clients, spin {} µs (agents {} µs, hot {} µs), fast path {}, {} samples\nReady -> remote Suspend applied: p50 {:.1} µs  p99 {:.1} µs  p99.9 {:.1} µs  max {:.1} µs\ndaemon CPU: idle {:.2} % of a core, under load {:.1} %\n",
+            "daemon decision latency, {} clients, agents spinning {} µs (hot {} µs), {} samples\nReady -> remote Suspend applied: p50 {:.1} µs  p99 {:.1} µs  p99.9 {:.1} µs  max {:.1} µs\ndaemon CPU: idle {:.2} % of a core, under load {:.1} %\n",
             r.clients,
-            r.spin_us,
             r.agent_spin_us,
             r.agent_hot_us,
-            if r.fast_path { "on" } else { "off" },
             r.samples,
             r.ready_to_suspend_us.p50,
             r.ready_to_suspend_us.p99,

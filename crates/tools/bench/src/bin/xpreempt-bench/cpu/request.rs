@@ -271,7 +271,7 @@ fn setup(path: &str, args: &Args) -> Result<Setup> {
         }
         "daemon" => {
             let d = Daemon::start("request", &[])?;
-            // The product's spin settings (XPREEMPT_AGENT_SPIN_US, XPREEMPT_AGENT_HOT_US).
+            // The product's spin settings.
             let o = Options::default();
             let (spin, hot) = (o.spin.as_micros() as u64, o.hot.as_micros() as u64);
             let be = Arc::new(agent(&d.socket, "bench-request-be", spin, hot)?);

@@ -191,7 +191,7 @@ fn info(out: &Output, device: i32) -> Result<()> {
         device: e.device.name.clone(),
         sm_count: e.device.sm_count,
         driver_version: xpreempt_cuda::driver::driver_version()?,
-        kernel_module: xpreempt_hal::nvidia::loaded_kernel_module_version(),
+        kernel_module: xpreempt_cuda::nvidia::loaded_kernel_module_version(),
         sharing: xpreempt_cuda::mps::detect(&e.device),
         stream_priorities: e.device.stream_priority_range()?,
         iters_per_us_full: e.iters_per_us_full,

@@ -1,4 +1,4 @@
-//! Lv2's stop ahead ([`crate::HwQueue::stop_ahead`]): the flag set before the queue's lock.
+//! Lv2's stop ahead ([`xpreempt_hal::HwQueue::stop_ahead`]): the flag set before the queue's lock.
 //!
 //! A Lv2 stop takes the queue's lock, and the queue launches under that lock: a stop that comes
 //! while the best-effort queue is in a launch call (8–12 µs at p50 under MPS on an H100) waits
