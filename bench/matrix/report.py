@@ -4,6 +4,7 @@
 import json
 import os
 
+from scenarios import MODES
 from stats import bootstrap_interval, mean, percentile, ratio
 
 
@@ -109,7 +110,10 @@ def summarize(runs, scenarios):
     out = []
     for s in scenarios:
         modes = []
-        for mode in ["alone"] + s["modes"]:
+        # Variants of the scenario's modes (scenarios.MODES' `variant_of`) that ran are shown too.
+        variants = [m for m, spec in MODES.items()
+                    if spec.get("variant_of") in s["modes"] and (s["name"], m) in by]
+        for mode in ["alone"] + s["modes"] + variants:
             rows = []
             for job in s["jobs"]:
                 if mode == "alone":
