@@ -273,6 +273,24 @@ fn ev() -> impl Strategy<Value = Ev> {
     ]
 }
 
+/// Applies `e` to the first `n` queues; false where it names a queue beyond them.
+fn apply(s: &mut Scheduler, now: &mut Nanos, e: Ev, n: u32) -> bool {
+    match e {
+        Ev::Ready(q) if q < n => {
+            ready(s, *now, q);
+        }
+        Ev::Idle(q) if q < n => {
+            s.handle(*now, SchedEvent::Idle(QueueId(q))).unwrap();
+        }
+        Ev::Tick(dt) => {
+            *now += dt;
+            s.handle(*now, SchedEvent::Timer).unwrap();
+        }
+        _ => return false,
+    }
+    true
+}
+
 proptest! {
     /// Under HPF with distinct priorities, an allowed active queue never has a lower priority than
     /// a waiting one (ties excluded by construction), and idle-above-top queues stay allowed.
@@ -286,11 +304,8 @@ proptest! {
         for (i, &p) in prios.iter().enumerate() { create(&mut s, i as u32, p); }
         let mut now = 0;
         for e in events {
-            match e {
-                Ev::Ready(q) if q < n => { ready(&mut s, now, q); }
-                Ev::Idle(q) if q < n => { s.handle(now, SchedEvent::Idle(QueueId(q))).unwrap(); }
-                Ev::Tick(dt) => { now += dt; s.handle(now, SchedEvent::Timer).unwrap(); }
-                _ => continue,
+            if !apply(&mut s, &mut now, e, n) {
+                continue;
             }
             let views = s.views();
             let top = views.iter().filter(|v| v.is_active()).map(|v| v.logical_priority).max();
@@ -355,11 +370,8 @@ proptest! {
         for (i, &p) in prios.iter().enumerate() { create(&mut s, i as u32, p); }
         let mut now = 0;
         for e in events {
-            match e {
-                Ev::Ready(q) if q < n => { ready(&mut s, now, q); }
-                Ev::Idle(q) if q < n => { s.handle(now, SchedEvent::Idle(QueueId(q))).unwrap(); }
-                Ev::Tick(dt) => { now += dt; s.handle(now, SchedEvent::Timer).unwrap(); }
-                _ => continue,
+            if !apply(&mut s, &mut now, e, n) {
+                continue;
             }
             let ranks = s.preemption_ranks().expect("both policies have a preemptive order");
             prop_assert_eq!(ranks.len(), prios.len());
@@ -442,11 +454,8 @@ proptest! {
         }
         let mut now = 0;
         for e in events {
-            match e {
-                Ev::Ready(q) if q < n => { ready(&mut s, now, q); }
-                Ev::Idle(q) if q < n => { s.handle(now, SchedEvent::Idle(QueueId(q))).unwrap(); }
-                Ev::Tick(dt) => { now += dt; s.handle(now, SchedEvent::Timer).unwrap(); }
-                _ => continue,
+            if !apply(&mut s, &mut now, e, n) {
+                continue;
             }
             let views = s.views().to_vec();
             for v in &views {
