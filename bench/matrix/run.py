@@ -164,7 +164,14 @@ def main(argv=None):
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": command, "commit": commit(),
             "rounds": args.rounds, "duration_s": args.duration, "scenarios": [s["name"] for s in scenarios]}
     if args.from_runs:
-        write_summary(args, scenarios, {**meta, "rebuilt_from_runs": True})
+        # The run's own facts (when, where, how long a window) come from the summary it wrote.
+        try:
+            with open(os.path.join(args.out, "summary.json")) as f:
+                ran = json.load(f).get("meta", {})
+        except (OSError, ValueError):
+            ran = {}
+        kept = {k: ran[k] for k in ("date", "device", "driver", "commit", "command", "rounds", "duration_s") if k in ran}
+        write_summary(args, scenarios, {**meta, **kept, "rebuilt_from_runs": True})
         with open(os.path.join(args.out, "summary.md")) as f:
             print(f.read())
         return 0
