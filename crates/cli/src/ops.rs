@@ -9,8 +9,8 @@ use xpreempt_ipc::operator::Operator;
 
 #[derive(clap::Args)]
 pub struct Conn {
-    /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock,
-    /// else /run/xpreempt/xpreempt.sock].
+    /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock where
+    /// it exists, else /run/xpreempt/xpreempt.sock where that exists (a system daemon)].
     #[arg(long)]
     socket: Option<PathBuf>,
 }

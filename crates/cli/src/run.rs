@@ -29,8 +29,8 @@ pub struct Args {
     /// Most commands a stream keeps in flight [default: the shim's, by priority].
     #[arg(long)]
     pub window: Option<u32>,
-    /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock,
-    /// else /run/xpreempt/xpreempt.sock].
+    /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock where
+    /// it exists, else /run/xpreempt/xpreempt.sock where that exists (a system daemon)].
     #[arg(long)]
     pub socket: Option<PathBuf>,
     /// libxpreempt_shim.so [default: $XPREEMPT_SHIM, else next to this binary, else in ../lib

@@ -109,7 +109,7 @@ impl Args {
         let mut c = Config::new(
             self.socket
                 .clone()
-                .unwrap_or_else(xpreempt_ipc::default_socket),
+                .unwrap_or_else(xpreempt_ipc::daemon_socket),
         );
         c.socket_mode = u32::from_str_radix(self.socket_mode.trim_start_matches("0o"), 8)
             .ok()
