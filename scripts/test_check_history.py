@@ -48,7 +48,8 @@ class Planted(unittest.TestCase):
 
     def test_planted_words_fail_naming_file_and_line(self):
         planted = {
-            "src/lib.rs": "fn f() {}\n// measured in session 12\n",
+            # Spelt in two parts so that this file itself does not read as history.
+            "src/lib.rs": "fn f() {}\n// measured in sess" + "ion 12\n",
             "README.md": "# x\n\nAs call 7 showed, it holds.\n",
             "docs/a.md": "Fixed by d7cc6b5 last week.\n",
             "scripts/run.sh": "#!/bin/sh\ncat /work/shared/notes.txt\n",
