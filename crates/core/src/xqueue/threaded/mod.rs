@@ -399,9 +399,8 @@ where
         if self.pending_len() == 0 {
             return;
         }
-        self.set_waiter(Some(waiter), None);
+        let _loan = self.lend(waiter);
         self.wait_launched();
-        self.set_waiter(None, Some(waiter));
     }
 
     fn set_waiter(&self, add: Option<Priority>, remove: Option<Priority>) {
