@@ -3,37 +3,28 @@
 //! while it waits. Without it the waiter waits for every queue between the two priorities: an
 //! inversion, or a deadlock where the queue in between waits for the waiter.
 
-use std::sync::Arc;
-use xpreempt_core::sched::local::LocalScheduler;
-use xpreempt_core::sched::{QueueInfo, Scheduler};
-use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
-use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId, XQueue, policy};
-use xpreempt_hal::reference::{RefDevice, RefKernel, RefQueue, WallClock};
+mod common;
 
-type Shared = Arc<SharedXQueue<RefQueue>>;
+use common::{RefShared, kernel, queue};
+use xpreempt_core::sched::Scheduler;
+use xpreempt_core::sched::local::LocalScheduler;
+use xpreempt_core::xqueue::threaded::Preemptible;
+use xpreempt_core::{HwQueue, Level, QueueConfig, policy};
+use xpreempt_hal::reference::{RefDevice, WallClock};
+
+type Shared = RefShared;
 
 const MIDDLE_KERNELS: u64 = 30;
 
-fn queue(dev: &RefDevice, sched: &LocalScheduler, id: u32, priority: i32) -> Shared {
-    let config = QueueConfig::new(1, 1, Level::Lv1).unwrap();
-    let hal = dev.create_queue(config.level());
-    let q = XQueue::new(QueueId(id), config, hal.max_level());
-    let shared = Arc::new(SharedXQueue::new(q, hal, Some(sched.sink())));
-    sched
-        .register(
-            QueueInfo::new(QueueId(id), priority),
-            shared.clone() as Arc<dyn Preemptible>,
-        )
-        .unwrap();
-    shared
-}
-
-fn kernel(block_ns: u64) -> Command<RefKernel> {
-    Command::kernel(RefKernel {
-        blocks: 1,
-        block_ns,
-    })
-    .with_props(CommandProps::new(false, true, false))
+/// Lv1, one command in flight: what is not in flight waits in the buffer.
+fn lv1(dev: &RefDevice, sched: &LocalScheduler, id: u32, priority: i32) -> Shared {
+    queue(
+        dev,
+        sched,
+        id,
+        priority,
+        QueueConfig::new(1, 1, Level::Lv1).unwrap(),
+    )
 }
 
 /// A low queue with buffered work stopped for a middle one with 150 ms of it; returns how
@@ -42,8 +33,8 @@ fn middle_done_when_the_wait_returns(wait: impl FnOnce(&Shared)) -> u64 {
     let dev = RefDevice::new();
     let _clock = WallClock::start(&dev);
     let sched = LocalScheduler::start(Scheduler::new(policy::by_name("hpf").unwrap())).unwrap();
-    let low = queue(&dev, &sched, 0, 1);
-    let middle = queue(&dev, &sched, 1, 5);
+    let low = lv1(&dev, &sched, 0, 1);
+    let middle = lv1(&dev, &sched, 1, 5);
     for _ in 0..3 {
         low.submit(kernel(2_000_000)).unwrap();
     }

@@ -3,50 +3,18 @@
 
 mod common;
 
-use common::{ThreadProbe, ready, within};
+use common::{ThreadProbe, kernel, queue, ready, within};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use xpreempt_core::sched::QueueReport;
 use xpreempt_core::sched::local::LocalScheduler;
 use xpreempt_core::sched::{Hooks, QueueInfo, Scheduler, Work};
-use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue, TrySubmitError};
-use xpreempt_core::{
-    Command, CommandProps, HwQueue, Level, OpKind, QueueConfig, QueueId, XQueue, policy,
-};
-use xpreempt_hal::reference::{RefDevice, RefKernel, WallClock};
+use xpreempt_core::xqueue::threaded::{Preemptible, TrySubmitError};
+use xpreempt_core::{HwQueue, Level, OpKind, QueueConfig, QueueId, policy};
+use xpreempt_hal::reference::{RefDevice, WallClock};
 
 const BE_KERNELS: u64 = 100;
-
-type RefShared = Arc<SharedXQueue<xpreempt_hal::reference::RefQueue>>;
-
-/// A threaded queue on `dev`, registered with `sched` at `priority`.
-fn queue(
-    dev: &RefDevice,
-    sched: &LocalScheduler,
-    id: u32,
-    priority: i32,
-    config: QueueConfig,
-) -> RefShared {
-    let hal = dev.create_queue(config.level());
-    let q = XQueue::new(QueueId(id), config, hal.max_level());
-    let shared = Arc::new(SharedXQueue::new(q, hal, Some(sched.sink())));
-    sched
-        .register(
-            QueueInfo::new(QueueId(id), priority),
-            shared.clone() as Arc<dyn Preemptible>,
-        )
-        .unwrap();
-    shared
-}
-
-fn kernel(block_ns: u64) -> Command<RefKernel> {
-    Command::kernel(RefKernel {
-        blocks: 1,
-        block_ns,
-    })
-    .with_props(CommandProps::new(false, true, false))
-}
 
 #[test]
 fn a_high_priority_burst_overtakes_a_busy_low_queue_and_nothing_is_lost() {

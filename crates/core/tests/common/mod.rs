@@ -3,14 +3,16 @@
 // Each test binary uses a part.
 #![allow(dead_code)]
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use xpreempt_core::sched::QueueInfo;
 use xpreempt_core::sched::QueueReport;
+use xpreempt_core::sched::local::LocalScheduler;
 use xpreempt_core::xqueue::QueueOpError;
 use xpreempt_core::xqueue::threaded::{EventSink, Preemptible, SharedXQueue};
-use xpreempt_core::{HwQueue, Level, QueueConfig, QueueId, XQueue};
-use xpreempt_hal::reference::{RefDevice, RefQueue};
+use xpreempt_core::{Command, CommandProps, HwQueue, Level, QueueConfig, QueueId, XQueue};
+use xpreempt_hal::reference::{RefDevice, RefKernel, RefQueue};
 
 /// A queue that records whether it is suspended and on which threads it was; its stops can be
 /// made slow (40 ms), and its resumptions held until released.
@@ -104,4 +106,34 @@ pub fn lv1_queue(
         hal,
         Some(sink),
     )
+}
+
+pub type RefShared = Arc<SharedXQueue<RefQueue>>;
+
+/// A threaded queue on `dev`, registered with `sched` at `priority`.
+pub fn queue(
+    dev: &RefDevice,
+    sched: &LocalScheduler,
+    id: u32,
+    priority: i32,
+    config: QueueConfig,
+) -> RefShared {
+    let hal = dev.create_queue(config.level());
+    let q = XQueue::new(QueueId(id), config, hal.max_level());
+    let shared = Arc::new(SharedXQueue::new(q, hal, Some(sched.sink())));
+    sched
+        .register(
+            QueueInfo::new(QueueId(id), priority),
+            shared.clone() as Arc<dyn Preemptible>,
+        )
+        .unwrap();
+    shared
+}
+
+pub fn kernel(block_ns: u64) -> Command<RefKernel> {
+    Command::kernel(RefKernel {
+        blocks: 1,
+        block_ns,
+    })
+    .with_props(CommandProps::new(false, true, false))
 }
