@@ -83,15 +83,6 @@ pub fn action(key: &KeyEvent) -> Action {
     }
 }
 
-fn state_name(s: QueueState) -> &'static str {
-    match s {
-        QueueState::Idle => "idle",
-        QueueState::Ready => "ready",
-        QueueState::Running => "running",
-        QueueState::Suspended => "suspended",
-    }
-}
-
 /// Suspended first: a queue held back is what an operator opens `top` to find.
 fn state_rank(s: QueueState) -> u8 {
     match s {
@@ -190,7 +181,7 @@ pub fn row_line(r: &QueueRow) -> String {
         &r.device.to_string(),
         &r.logical_priority.to_string(),
         &r.effective_priority.to_string(),
-        state_name(r.state),
+        r.state.name(),
         &r.in_flight.to_string(),
         &r.pending.to_string(),
         &r.preemptions.to_string(),

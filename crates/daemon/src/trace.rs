@@ -36,15 +36,6 @@ fn us(ns: Nanos) -> f64 {
     ns as f64 / 1_000.0
 }
 
-fn state_name(s: QueueState) -> &'static str {
-    match s {
-        QueueState::Idle => "idle",
-        QueueState::Ready => "ready",
-        QueueState::Running => "running",
-        QueueState::Suspended => "suspended",
-    }
-}
-
 impl Trace {
     /// Creates (truncates) `path` and writes the array's opening.
     pub fn create(path: &Path) -> std::io::Result<Self> {
@@ -125,7 +116,7 @@ impl Trace {
     fn close(&mut self, key: (u32, QueueId), now: Nanos) {
         if let Some(s) = self.spans.remove(&key) {
             self.event(json!({
-                "ph": "X", "name": state_name(s.state), "pid": key.0, "tid": key.1.0,
+                "ph": "X", "name": s.state.name(), "pid": key.0, "tid": key.1.0,
                 "ts": us(s.since), "dur": us(now.saturating_sub(s.since)),
             }));
         }

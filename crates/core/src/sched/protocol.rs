@@ -47,6 +47,18 @@ pub enum QueueState {
     Suspended,
 }
 
+impl QueueState {
+    /// The state's name as operators read it (`list`, `top`, traces).
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueState::Idle => "idle",
+            QueueState::Ready => "ready",
+            QueueState::Running => "running",
+            QueueState::Suspended => "suspended",
+        }
+    }
+}
+
 /// What a queue tells the scheduler about itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum QueueReport {
