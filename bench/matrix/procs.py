@@ -155,6 +155,8 @@ class Env:
             env["CUDA_MPS_CLIENT_PRIORITY"] = self.spec["be_client_priority"]
         if self.spec.get("be_thread_percentage") and job["role"] == "BE":
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = self.spec["be_thread_percentage"]
+        if job["role"] == "BE":
+            env.update(self.spec.get("be_env", {}))
         return env
 
     def prefix(self, job):

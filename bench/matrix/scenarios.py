@@ -44,7 +44,8 @@ WORKLOADS = {
 # Modes: how the jobs of a run share the GPU. `mps`: a private MPS control daemon of the runner's;
 # `xp`: a private `xpreempt daemon` ("plain" or "mps" = `xpreempt daemon --mps`) and every job under
 # `xpreempt run --priority P`; `be_client_priority`: CUDA_MPS_CLIENT_PRIORITY of the BE jobs;
-# `be_thread_percentage`: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of the BE jobs (the SMs they may use).
+# `be_thread_percentage`: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of the BE jobs (the SMs they may use);
+# `be_env`: more environment of the BE jobs.
 # A mode with `variant_of` runs, where it is asked for with --modes, on every scenario that has
 # the mode it varies.
 MODES = {
@@ -58,6 +59,9 @@ MODES = {
     "mps_prio_be50": {"mps": True, "be_client_priority": "1", "be_thread_percentage": "50",
                       "variant_of": "mps_prio"},
     "xp_mps_be50": {"xp": "mps", "be_thread_percentage": "50", "variant_of": "xp_mps"},
+    # The BE's window bounded by command count only (no GPU-time bound): the A/B of that bound.
+    "xp_count": {"xp": "plain", "be_env": {"XPREEMPT_GPU_WINDOW_US": "0"}, "variant_of": "xp"},
+    "xp_mps_count": {"xp": "mps", "be_env": {"XPREEMPT_GPU_WINDOW_US": "0"}, "variant_of": "xp_mps"},
 }
 DEFAULT_MODES = ["native", "mps", "mps_prio", "xp", "xp_mps"]
 ROLES = ("LC", "BE")

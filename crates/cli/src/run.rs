@@ -29,6 +29,10 @@ pub struct Args {
     /// Most commands a stream keeps in flight [default: the shim's, by priority].
     #[arg(long)]
     pub window: Option<u32>,
+    /// Most GPU time (µs) a stream keeps in flight, at its measured GPU time per command; 0:
+    /// no bound by time [default: 2000 at priority 0 and below, none above].
+    #[arg(long, value_name = "US")]
+    pub gpu_window_us: Option<u64>,
     /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock where
     /// it exists, else /run/xpreempt/xpreempt.sock where that exists (a system daemon)].
     #[arg(long)]
@@ -193,6 +197,9 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler, driver: Driver) -> 
     if let Some(w) = args.window {
         env.push(("XPREEMPT_WINDOW", w.to_string().into()));
     }
+    if let Some(us) = args.gpu_window_us {
+        env.push(("XPREEMPT_GPU_WINDOW_US", us.to_string().into()));
+    }
     Ok(Plan { env, notes })
 }
 
@@ -338,6 +345,10 @@ mod tests {
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("2"));
         assert_eq!(get(&p, "XPREEMPT_PASS_THROUGH"), None);
         assert_eq!(get(&p, "XPREEMPT_WINDOW"), Some("4"));
+        assert_eq!(get(&p, "XPREEMPT_GPU_WINDOW_US"), None);
+        let a = args(&["--gpu-window-us", "0", "--", "x"]);
+        let p = plan(&a, Path::new("/lib/shim.so"), &mps, Driver::Present).unwrap();
+        assert_eq!(get(&p, "XPREEMPT_GPU_WINDOW_US"), Some("0"));
         let a = args(&["--pass-through", "--", "x"]);
         let p = plan(&a, Path::new("/lib/shim.so"), &local, Driver::Present).unwrap();
         assert_eq!(get(&p, "XPREEMPT_LEVEL"), Some("3"));

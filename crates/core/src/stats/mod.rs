@@ -2,6 +2,7 @@
 //! and in total, and histograms of suspend and resume latency.
 
 use crate::QueueId;
+use crate::xqueue::{GpuTime, GpuTimeSummary};
 use serde::{Deserialize, Serialize};
 pub use xpreempt_types::histogram;
 use xpreempt_types::histogram::{Histogram, Summary};
@@ -27,6 +28,8 @@ pub struct QueueStats {
     pub suspend_latency: Histogram,
     /// From `resume` until the hardware runs the queue again (ns).
     pub resume_latency: Histogram,
+    /// The queue's GPU time, busy fraction, bursts and gaps, measured from its completions.
+    pub gpu: GpuTime,
 }
 
 /// Kept by the scheduler.
@@ -53,6 +56,8 @@ pub struct QueueSummary {
     pub hal_errors: u64,
     pub suspend_latency_ns: Summary,
     pub resume_latency_ns: Summary,
+    #[serde(default)]
+    pub gpu: GpuTimeSummary,
 }
 
 /// The whole device: scheduler counters, per-queue reports and merged latency histograms.
@@ -75,6 +80,7 @@ impl QueueStats {
             hal_errors: self.hal_errors,
             suspend_latency_ns: self.suspend_latency.summary(),
             resume_latency_ns: self.resume_latency.summary(),
+            gpu: self.gpu.last_summary(),
         }
     }
 }

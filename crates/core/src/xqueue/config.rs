@@ -22,6 +22,9 @@ pub struct QueueConfig {
     /// (see [`Self::with_idle_poll`]).
     #[serde(default = "default_idle_poll")]
     idle_poll_ns: Nanos,
+    /// See [`Self::with_gpu_window`].
+    #[serde(default)]
+    gpu_window_ns: Option<Nanos>,
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -43,6 +46,7 @@ impl Default for QueueConfig {
             batch: DEFAULT_BATCH,
             level: Level::Lv3,
             idle_poll_ns: DEFAULT_IDLE_POLL_NS,
+            gpu_window_ns: None,
         }
     }
 }
@@ -64,6 +68,7 @@ impl QueueConfig {
             batch,
             level,
             idle_poll_ns: DEFAULT_IDLE_POLL_NS,
+            gpu_window_ns: None,
         })
     }
 
@@ -77,6 +82,21 @@ impl QueueConfig {
     pub fn with_idle_poll(mut self, ns: Nanos) -> Self {
         self.idle_poll_ns = ns;
         self
+    }
+
+    /// Bounds the queue's launched-but-unfinished work by GPU time as well as by count: one
+    /// more command is launched only while the commands in flight, at the queue's measured GPU
+    /// time per command, fit in `ns` (one command always may). A suspension that cannot stop
+    /// the hardware (Lv1, kernels without the guard) waits for what is in flight, so this
+    /// bounds that wait whatever the kernels' length; the count alone let 16 long kernels
+    /// through.
+    pub fn with_gpu_window(mut self, ns: Nanos) -> Self {
+        self.gpu_window_ns = Some(ns);
+        self
+    }
+
+    pub fn gpu_window_ns(&self) -> Option<Nanos> {
+        self.gpu_window_ns
     }
 
     pub fn idle_poll_ns(&self) -> Nanos {

@@ -11,10 +11,12 @@
 
 mod bound;
 mod config;
+mod gpu_time;
 pub mod threaded;
 
 pub use bound::{BoundQueue, DriveError};
 pub use config::{ConfigError, DEFAULT_BATCH, DEFAULT_THRESHOLD, QueueConfig};
+pub use gpu_time::{GpuTime, GpuTimeSummary};
 
 use crate::sched::QueueReport;
 pub use crate::sched::protocol::QueueState;
@@ -178,11 +180,15 @@ impl<P> XQueue<P> {
         &mut self,
         hal: &H,
         command: Command<P>,
+        now: Nanos,
     ) -> Result<Submitted, SubmitError<P>> {
         let seq = self.next_seq;
         let entry = Launched { seq, command };
+        if self.is_idle() {
+            self.stats.gpu.activated(now);
+        }
         if self.pending.is_empty() && self.window_open() {
-            match self.launch(hal, entry) {
+            match self.launch(hal, entry, now) {
                 Ok(()) => {}
                 // A stop ahead is under way: the command waits for the suspension after it.
                 Err((HalError::Stopping(_), entry)) => self.pending.push_back(entry),
@@ -242,14 +248,14 @@ impl<P> XQueue<P> {
         hal: &H,
         now: Nanos,
     ) -> Result<(), QueueOpError> {
-        self.reap(hal);
+        self.reap(hal, now);
         self.note_settled(hal, now);
         if !self.suspended {
             while self.window_open() {
                 let Some(entry) = self.pending.pop_front() else {
                     break;
                 };
-                if let Err((source, entry)) = self.launch(hal, entry) {
+                if let Err((source, entry)) = self.launch(hal, entry, now) {
                     self.pending.push_front(entry);
                     if let HalError::Stopping(_) = source {
                         break; // the suspension after the stop ahead takes over
@@ -292,18 +298,18 @@ impl<P> XQueue<P> {
             if ahead && self.hw_stopped.is_none() {
                 // Suspended already, but not by the hardware (a failed stop drains): the stop
                 // ahead is this suspension's now.
-                self.stop_hardware(hal)?;
+                self.stop_hardware(hal, now)?;
             }
             return Ok(false);
         }
         self.suspended = true;
         self.stats.preemptions += 1;
         self.resuming_since = None;
-        self.reap(hal);
+        self.reap(hal, now);
         // A queue with nothing in flight stops at once; timing it would only add zeros.
         self.stopping_since = (!self.in_flight.is_empty()).then_some(now);
         let result = if (ahead || !self.in_flight.is_empty()) && self.level >= Level::Lv2 {
-            self.stop_hardware(hal).map(|()| true)
+            self.stop_hardware(hal, now).map(|()| true)
         } else {
             Ok(true)
         };
@@ -312,7 +318,11 @@ impl<P> XQueue<P> {
     }
 
     /// Lv2 `deactivate` or Lv3 `interrupt`; a failure leaves the suspension draining at Lv1.
-    fn stop_hardware<H: HwQueue<Payload = P>>(&mut self, hal: &H) -> Result<(), QueueOpError> {
+    fn stop_hardware<H: HwQueue<Payload = P>>(
+        &mut self,
+        hal: &H,
+        now: Nanos,
+    ) -> Result<(), QueueOpError> {
         if self.level >= Level::Lv2 {
             let (op, outcome) = if self.level == Level::Lv3 {
                 ("interrupt", hal.interrupt())
@@ -320,7 +330,10 @@ impl<P> XQueue<P> {
                 ("deactivate", hal.deactivate())
             };
             match outcome {
-                Ok(()) => self.hw_stopped = Some(self.level),
+                Ok(()) => {
+                    self.hw_stopped = Some(self.level);
+                    self.stats.gpu.stopped(now);
+                }
                 Err(source) => {
                     tracing::warn!(queue = %self.id, op, %source, "hardware stop failed; this suspension drains at Lv1");
                     self.stats.hal_errors += 1;
@@ -342,7 +355,7 @@ impl<P> XQueue<P> {
             return Ok(false);
         }
         // What completed while suspended is taken in first: it did not run dry for want of work.
-        self.reap(hal);
+        self.reap(hal, now);
         self.suspended = false;
         if let Some(since) = self.stopping_since.take() {
             // Resumed before the hardware was ever free of this queue's work: the suspension
@@ -366,6 +379,7 @@ impl<P> XQueue<P> {
                 return Err(self.op_error(op, source));
             }
             self.resuming_since = Some(now);
+            self.stats.gpu.restarted(now, self.in_flight.len());
         } else {
             self.stats.resume_latency.record(0);
         }
@@ -436,18 +450,40 @@ impl<P> XQueue<P> {
     }
 
     fn window_open(&self) -> bool {
-        !self.suspended && self.in_flight.len() < self.config.threshold() as usize
+        !self.suspended && self.has_room(self.in_flight.len())
+    }
+
+    /// Whether one more command fits beside `in_flight` ones: at most `threshold` commands and,
+    /// with a GPU-time window, at most that much measured GPU time (one command always fits).
+    fn has_room(&self, in_flight: usize) -> bool {
+        if in_flight >= self.config.threshold() as usize {
+            return false;
+        }
+        match self.config.gpu_window_ns() {
+            // Until a command was measured, one at a time: the first might be long.
+            Some(window) if in_flight > 0 => self
+                .stats
+                .gpu
+                .per_command_ns()
+                .is_some_and(|ns| (in_flight as u64 + 1).saturating_mul(ns) <= window),
+            _ => true,
+        }
     }
 
     fn launch<H: HwQueue<Payload = P>>(
         &mut self,
         hal: &H,
         mut entry: Launched<P>,
+        now: Nanos,
     ) -> Result<(), (HalError, Launched<P>)> {
-        let sync_point = self.since_sync + 1 >= self.config.batch();
+        // The launch that fills the window carries a sync point: the watcher must see it
+        // complete to open the window again.
+        let sync_point =
+            self.since_sync + 1 >= self.config.batch() || !self.has_room(self.in_flight.len() + 1);
         if let Err(e) = hal.launch(entry.seq, &mut entry.command, sync_point) {
             return Err((e, entry));
         }
+        self.stats.gpu.launched(now, self.in_flight.len());
         if sync_point {
             self.since_sync = 0;
             self.sync_points.push_back(entry.seq + 1);
@@ -459,16 +495,24 @@ impl<P> XQueue<P> {
         Ok(())
     }
 
-    fn reap<H: HwQueue<Payload = P>>(&mut self, hal: &H) {
+    fn reap<H: HwQueue<Payload = P>>(&mut self, hal: &H, now: Nanos) {
         let watermark = hal.completed();
         debug_assert!(
             watermark >= self.completed,
             "completion watermark went back"
         );
         let had_work = !self.in_flight.is_empty();
+        let mut reaped = 0;
         while self.in_flight.front().is_some_and(|e| e.seq < watermark) {
             self.in_flight.pop_front();
-            self.stats.completed += 1;
+            reaped += 1;
+        }
+        self.stats.completed += reaped;
+        if self.hw_stopped.is_none() {
+            self.stats.gpu.completed(now, reaped, self.in_flight.len());
+        }
+        if had_work && self.is_idle() {
+            self.stats.gpu.went_idle(now);
         }
         if had_work && self.in_flight.is_empty() && !self.pending.is_empty() && !self.suspended {
             self.stats.ran_dry += 1;

@@ -15,6 +15,8 @@ pub struct Settings {
     pub pass_through: bool,
     /// `XPREEMPT_WINDOW`: most commands in flight per stream.
     pub window: Option<u32>,
+    /// `XPREEMPT_GPU_WINDOW_US`: most GPU time in flight per stream (0: no bound by time).
+    pub gpu_window_us: Option<u64>,
     /// `XPREEMPT_CHAOS=SEED[:PERIOD_US]`: random suspensions, for conformance tests.
     pub chaos: Option<(u64, u64)>,
 }
@@ -23,6 +25,10 @@ pub struct Settings {
 /// unthrottled, lower ones keep a short window so that a suspension waits for little.
 const LOW_WINDOW: u32 = 16;
 const HIGH_WINDOW: u32 = 1024;
+/// The GPU time a lower queue keeps in flight: what a suspension that cannot stop the hardware
+/// (Lv1, kernels without the guard) waits for at most, beyond the command already running.
+/// Long enough that commands of up to 1 ms still go two at a time (no gap between them).
+const LOW_GPU_WINDOW_US: u64 = 2_000;
 /// How long the completion watcher naps between looks at a sync event it waits for.
 pub const POLL_US: u64 = 20;
 
@@ -50,6 +56,7 @@ impl Settings {
             window: get("XPREEMPT_WINDOW")
                 .and_then(|v| v.trim().parse().ok())
                 .filter(|&w| w > 0),
+            gpu_window_us: get("XPREEMPT_GPU_WINDOW_US").and_then(|v| v.trim().parse().ok()),
             chaos,
         }
     }
@@ -65,6 +72,16 @@ impl Settings {
         let batch = (threshold / 4).clamp(1, 64);
         (threshold, batch.min(threshold))
     }
+
+    /// The GPU-time bound of each queue's window (ns), if any: by default the lower queues'.
+    pub fn gpu_window_ns(&self) -> Option<u64> {
+        let us = self.gpu_window_us.unwrap_or(if self.priority > 0 {
+            0
+        } else {
+            LOW_GPU_WINDOW_US
+        });
+        (us > 0).then(|| us.saturating_mul(1_000))
+    }
 }
 
 pub fn settings() -> &'static Settings {
@@ -76,16 +93,17 @@ pub fn settings() -> &'static Settings {
 mod tests {
     use super::*;
 
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
     #[test]
     fn the_environment_is_read_with_defaults() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         let s = Settings::parse(env(&[]));
         assert!(!s.intercept);
         assert_eq!((s.priority, s.level, s.window()), (0, Level::Lv1, (16, 4)));
@@ -105,5 +123,20 @@ mod tests {
         assert_eq!((s.window(), s.chaos), ((2, 1), None));
         let s = Settings::parse(env(&[("XPREEMPT_WINDOW", "8")]));
         assert_eq!(s.window(), (8, 2));
+    }
+
+    #[test]
+    fn lower_queues_bound_their_gpu_time_in_flight_unless_told_otherwise() {
+        let s = Settings::parse(env(&[]));
+        assert_eq!(s.gpu_window_ns(), Some(2_000_000));
+        let high = Settings::parse(env(&[("XPREEMPT_PRIORITY", "10")]));
+        assert_eq!(high.gpu_window_ns(), None);
+        let set = Settings::parse(env(&[
+            ("XPREEMPT_PRIORITY", "10"),
+            ("XPREEMPT_GPU_WINDOW_US", "500"),
+        ]));
+        assert_eq!(set.gpu_window_ns(), Some(500_000));
+        let off = Settings::parse(env(&[("XPREEMPT_GPU_WINDOW_US", "0")]));
+        assert_eq!(off.gpu_window_ns(), None);
     }
 }

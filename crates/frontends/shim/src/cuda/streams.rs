@@ -367,7 +367,10 @@ fn make(stream: Handle, kind: Kind, ctx: usize) -> Option<Arc<StreamQueue>> {
     };
     let (threshold, batch) = s.window();
     let config = match QueueConfig::new(threshold, batch, s.level) {
-        Ok(c) => c,
+        Ok(c) => match s.gpu_window_ns() {
+            Some(ns) => c.with_gpu_window(ns),
+            None => c,
+        },
         Err(e) => {
             shim_log!("queue settings: {e}; stream passes through");
             return None;
