@@ -29,8 +29,9 @@ pub struct Args {
     /// Most commands a stream keeps in flight [default: the shim's, by priority].
     #[arg(long)]
     pub window: Option<u32>,
-    /// Most GPU time (µs) a stream keeps in flight, at its measured GPU time per command; 0:
-    /// no bound by time [default: 2000 at priority 0 and below, none above].
+    /// Most GPU time (µs) a stream keeps in flight, at its measured GPU time per command, and
+    /// one command more; 0: no bound by time [default: 2000 at priority 0 and below, none
+    /// above; none where level 3 sets the process's timeslice].
     #[arg(long, value_name = "US")]
     pub gpu_window_us: Option<u64>,
     /// The daemon's socket [default: $XPREEMPT_SOCKET, else $XDG_RUNTIME_DIR/xpreempt.sock where

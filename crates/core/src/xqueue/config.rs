@@ -86,7 +86,8 @@ impl QueueConfig {
 
     /// Bounds the queue's launched-but-unfinished work by GPU time as well as by count: one
     /// more command is launched only while the commands in flight, at the queue's measured GPU
-    /// time per command, fit in `ns` (one command always may). A suspension that cannot stop
+    /// time per command, take at most `ns` (one command always may run; at most `ns` and one
+    /// command are in flight). A suspension that cannot stop
     /// the hardware (Lv1, kernels without the guard) waits for what is in flight, so this
     /// bounds that wait whatever the kernels' length; the count alone let 16 long kernels
     /// through.

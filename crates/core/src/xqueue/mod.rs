@@ -454,7 +454,8 @@ impl<P> XQueue<P> {
     }
 
     /// Whether one more command fits beside `in_flight` ones: at most `threshold` commands and,
-    /// with a GPU-time window, at most that much measured GPU time (one command always fits).
+    /// with a GPU-time window, while those in flight take at most that much measured GPU time
+    /// (what is in flight stays within the window plus one command).
     fn has_room(&self, in_flight: usize) -> bool {
         if in_flight >= self.config.threshold() as usize {
             return false;
@@ -465,7 +466,7 @@ impl<P> XQueue<P> {
                 .stats
                 .gpu
                 .per_command_ns()
-                .is_some_and(|ns| (in_flight as u64 + 1).saturating_mul(ns) <= window),
+                .is_some_and(|ns| (in_flight as u64).saturating_mul(ns) <= window),
             _ => true,
         }
     }

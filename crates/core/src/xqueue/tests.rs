@@ -375,7 +375,7 @@ fn run_to_idle(dev: &RefDevice, hal: &RefQueue, q: &mut XQueue<RefKernel>) -> us
 
 #[test]
 fn a_gpu_time_window_bounds_long_commands_in_flight() {
-    for (block_ns, most) in [(100_000, 2), (40_000, 6), (1_000_000, 1), (1_000, 16)] {
+    for (block_ns, most) in [(100_000, 3), (40_000, 7), (1_000_000, 1), (1_000, 16)] {
         let dev = RefDevice::new();
         let hal = dev.create_queue(Level::Lv1);
         let config = QueueConfig::new(16, 8, Level::Lv1)

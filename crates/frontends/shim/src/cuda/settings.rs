@@ -25,9 +25,9 @@ pub struct Settings {
 /// unthrottled, lower ones keep a short window so that a suspension waits for little.
 const LOW_WINDOW: u32 = 16;
 const HIGH_WINDOW: u32 = 1024;
-/// The GPU time a lower queue keeps in flight: what a suspension that cannot stop the hardware
-/// (Lv1, kernels without the guard) waits for at most, beyond the command already running.
-/// Long enough that commands of up to 1 ms still go two at a time (no gap between them).
+/// The GPU time a lower queue keeps in flight: with one command more, what a suspension that
+/// cannot stop the hardware (Lv1, kernels without the guard) waits for at most. Commands of up
+/// to 2 ms still go two at a time, so the device does not idle between them.
 const LOW_GPU_WINDOW_US: u64 = 2_000;
 /// How long the completion watcher naps between looks at a sync event it waits for.
 pub const POLL_US: u64 = 20;

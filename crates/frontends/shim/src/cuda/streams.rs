@@ -365,9 +365,12 @@ fn make(stream: Handle, kind: Kind, ctx: usize) -> Option<Arc<StreamQueue>> {
         Kind::PerThread => STREAM_PER_THREAD as Handle,
         Kind::Created => stream,
     };
+    let lv3 = s.level == Level::Lv3 && super::lv3::available();
     let (threshold, batch) = s.window();
     let config = match QueueConfig::new(threshold, batch, s.level) {
-        Ok(c) => match s.gpu_window_ns() {
+        // Lv3 interrupts what is in flight; bounding it by time only cost both sides there
+        // (docs/results/h200-gpu-window.md).
+        Ok(c) => match s.gpu_window_ns().filter(|_| !lv3) {
             Some(ns) => c.with_gpu_window(ns),
             None => c,
         },
@@ -383,7 +386,6 @@ fn make(stream: Handle, kind: Kind, ctx: usize) -> Option<Arc<StreamQueue>> {
         interleave: None,
         level: s.level,
     };
-    let lv3 = s.level == Level::Lv3 && super::lv3::available();
     let lv2 = s.level >= Level::Lv2;
     if s.pass_through && !lv3 {
         say_once_pass_through_cannot_preempt(s.level);
