@@ -387,6 +387,8 @@ mod tests {
             preemptions: pre,
             resumes: pre,
             suspend_p99_ns: pre * 12_345,
+            gpu: Default::default(),
+            in_flight_gpu_ns: None,
         }
     }
 
