@@ -149,6 +149,25 @@ impl State {
         out
     }
 
+    /// The timeline's GPU-time counters (`--trace`): each queue's measurements as its agent
+    /// last published them. Sampled on the tick, so nothing is added to the decision path.
+    pub fn trace_gpu(&mut self) {
+        let now = self.now();
+        let Some(trace) = self.trace.as_mut() else {
+            return;
+        };
+        for (&queue, e) in &self.queues {
+            let slot = self
+                .clients
+                .get(&e.client)
+                .and_then(|c| c.segment.as_ref())
+                .and_then(|s| s.slot(e.slot));
+            if let Some(s) = slot {
+                trace.gpu(e.device, queue, now, &s.gpu.load());
+            }
+        }
+    }
+
     pub fn set_mps_pipe(&mut self, pipe: Option<String>) {
         self.stats.mps_pipe = pipe;
     }
