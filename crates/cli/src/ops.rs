@@ -240,7 +240,11 @@ mod tests {
                 .map(String::from)
                 .collect::<Vec<_>>()
         };
-        assert_eq!(cells(&row), ["-", "-", "-", "0%", "-"], "nothing measured yet");
+        assert_eq!(
+            cells(&row),
+            ["-", "-", "-", "0%", "-"],
+            "nothing measured yet"
+        );
         row.gpu = xpreempt_core::xqueue::GpuTimeSummary {
             per_command_ns: Some(4_800_000),
             busy_fraction: 0.914,

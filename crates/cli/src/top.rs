@@ -429,7 +429,11 @@ mod tests {
         sort_rows(&mut r, SortKey::Preemptions);
         assert_eq!(order(&r), [1, 3, 2, 4]);
         for (q, u) in [(1, 0.9), (2, 0.1), (3, 0.5), (4, 0.5)] {
-            r.iter_mut().find(|x| x.queue.0 == q).unwrap().gpu.busy_fraction = u;
+            r.iter_mut()
+                .find(|x| x.queue.0 == q)
+                .unwrap()
+                .gpu
+                .busy_fraction = u;
         }
         sort_rows(&mut r, SortKey::Busy);
         assert_eq!(order(&r), [1, 3, 4, 2]);

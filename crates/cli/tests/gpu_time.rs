@@ -296,7 +296,10 @@ fn list_and_metrics_show_what_a_client_s_queue_measured_of_its_gpu_time() {
     let per = counter("q0 GPU time per command (µs)", "us");
     let kernel_us = KERNEL_NS as f64 / 1e3;
     assert!(
-        !per.is_empty() && per.iter().all(|&p| p > 0.75 * kernel_us && p < 5.0 * kernel_us),
+        !per.is_empty()
+            && per
+                .iter()
+                .all(|&p| p > 0.75 * kernel_us && p < 5.0 * kernel_us),
         "µs per command: {per:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

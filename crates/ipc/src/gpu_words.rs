@@ -55,7 +55,11 @@ impl GpuWords {
         let u = f64::from_bits(self.busy_fraction.load(Ordering::Relaxed));
         GpuTimeSummary {
             per_command_ns: load_ns(&self.per_command_ns),
-            busy_fraction: if u.is_finite() { u.clamp(0.0, 1.0) } else { 0.0 },
+            busy_fraction: if u.is_finite() {
+                u.clamp(0.0, 1.0)
+            } else {
+                0.0
+            },
             burst_ns: load_ns(&self.burst_ns),
             gap_ns: load_ns(&self.gap_ns),
             measured_commands: self.measured_commands.load(Ordering::Relaxed),
