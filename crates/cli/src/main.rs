@@ -11,6 +11,7 @@ mod policy;
 mod run;
 mod sim;
 mod top;
+mod units;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

@@ -107,7 +107,7 @@ fn parse_target(s: &str) -> Result<Target> {
 
 pub fn table(rows: &[QueueRow]) -> String {
     let mut t = format!(
-        "{:>5} {:>7} {:<16} {:>3} {:>4} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>12}\n",
+        "{:>5} {:>7} {:<16} {:>3} {:>4} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>11} {}\n",
         "queue",
         "pid",
         "process",
@@ -120,11 +120,12 @@ pub fn table(rows: &[QueueRow]) -> String {
         "pending",
         "preempt",
         "resumes",
-        "susp p99 µs"
+        "susp p99 µs",
+        gpu_header()
     );
     for r in rows {
         t.push_str(&format!(
-            "{:>5} {:>7} {:<16} {:>3} {:>4} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>12.1}\n",
+            "{:>5} {:>7} {:<16} {:>3} {:>4} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>11.1} {}\n",
             r.queue.to_string(),
             r.process,
             // Escaped here too: a daemon of an older version passes names on as they came.
@@ -141,13 +142,38 @@ pub fn table(rows: &[QueueRow]) -> String {
             r.pending,
             r.preemptions,
             r.resumes,
-            r.suspend_p99_ns as f64 / 1e3
+            r.suspend_p99_ns as f64 / 1e3,
+            gpu_cells(r)
         ));
     }
     if rows.is_empty() {
         t.push_str("(no queues registered)\n");
     }
     t
+}
+
+/// The GPU-time columns `list` and `top` share: GPU time per command, busy fraction, burst,
+/// gap, and the GPU time in flight.
+pub fn gpu_header() -> String {
+    gpu_columns(["gpu/cmd", "busy", "burst", "gap", "gpu flight"])
+}
+
+pub fn gpu_cells(r: &QueueRow) -> String {
+    use crate::units::{duration, percent};
+    gpu_columns([
+        &duration(r.gpu.per_command_ns),
+        &percent(r.gpu.busy_fraction),
+        &duration(r.gpu.burst_ns),
+        &duration(r.gpu.gap_ns),
+        &duration(r.in_flight_gpu_ns),
+    ])
+}
+
+fn gpu_columns(c: [&str; 5]) -> String {
+    format!(
+        "{:>7} {:>4} {:>7} {:>7} {:>10}",
+        c[0], c[1], c[2], c[3], c[4]
+    )
 }
 
 #[cfg(test)]
@@ -172,9 +198,61 @@ mod tests {
             preemptions: 0,
             resumes: 0,
             suspend_p99_ns: 0,
+            gpu: Default::default(),
+            in_flight_gpu_ns: None,
         };
         let t = table(&[row]);
         assert_eq!(t.lines().count(), 2, "{t}");
         assert!(!t.contains('\x1b'), "{t:?}");
+    }
+
+    #[test]
+    fn the_gpu_columns_show_what_was_measured_in_readable_units() {
+        let mut row = QueueRow {
+            queue: QueueId(3),
+            process: 7,
+            process_name: "train".into(),
+            device: 0,
+            level: Level::Lv1,
+            logical_priority: 0,
+            effective_priority: 0,
+            state: QueueState::Running,
+            in_flight: 16,
+            pending: 0,
+            preemptions: 0,
+            resumes: 0,
+            suspend_p99_ns: 0,
+            gpu: Default::default(),
+            in_flight_gpu_ns: None,
+        };
+        let cells = |r: &QueueRow| {
+            let t = table(std::slice::from_ref(r));
+            let body = t.lines().nth(1).unwrap().to_string();
+            // Same width as the header: the columns line up.
+            assert_eq!(
+                body.chars().count(),
+                t.lines().next().unwrap().chars().count(),
+                "{t}"
+            );
+            body.split_whitespace()
+                .rev()
+                .take(5)
+                .map(String::from)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            cells(&row),
+            ["-", "-", "-", "0%", "-"],
+            "nothing measured yet"
+        );
+        row.gpu = xpreempt_core::xqueue::GpuTimeSummary {
+            per_command_ns: Some(4_800_000),
+            busy_fraction: 0.914,
+            burst_ns: Some(1_250_000_000),
+            gap_ns: Some(23_000),
+            measured_commands: 500,
+        };
+        row.in_flight_gpu_ns = QueueRow::in_flight_gpu(row.in_flight, &row.gpu);
+        assert_eq!(cells(&row), ["76.8ms", "23.0µs", "1.25s", "91%", "4.80ms"]);
     }
 }

@@ -1,4 +1,5 @@
-//! `xpreempt top`: the daemon's queues, live, in the terminal.
+//! `xpreempt top`: the daemon's queues, live, in the terminal, with what each measured of its
+//! GPU time (the columns `list` shows too).
 //!
 //! A thread asks the daemon for its queues and statistics every interval; the terminal thread
 //! only sorts and draws. The split keeps `q` working when the daemon hangs mid-answer, since the
@@ -41,6 +42,7 @@ pub enum SortKey {
     State,
     Process,
     Preemptions,
+    Busy,
 }
 
 impl SortKey {
@@ -50,6 +52,7 @@ impl SortKey {
             SortKey::State => "state",
             SortKey::Process => "process",
             SortKey::Preemptions => "preemptions",
+            SortKey::Busy => "busy",
         }
     }
 }
@@ -79,6 +82,7 @@ pub fn action(key: &KeyEvent) -> Action {
         KeyCode::Char('s') => Action::Sort(SortKey::State),
         KeyCode::Char('c') => Action::Sort(SortKey::Process),
         KeyCode::Char('r') => Action::Sort(SortKey::Preemptions),
+        KeyCode::Char('u') => Action::Sort(SortKey::Busy),
         _ => Action::Nothing,
     }
 }
@@ -111,12 +115,19 @@ pub fn sort_rows(rows: &mut [QueueRow], key: SortKey) {
             (&a.process_name, a.process, id(a)).cmp(&(&b.process_name, b.process, id(b)))
         }),
         SortKey::Preemptions => rows.sort_by_key(|r| (Reverse(r.preemptions), id(r))),
+        // The busiest first: which queue holds the device.
+        SortKey::Busy => rows.sort_by(|a, b| {
+            b.gpu
+                .busy_fraction
+                .total_cmp(&a.gpu.busy_fraction)
+                .then(id(a).cmp(&id(b)))
+        }),
     }
 }
 
 pub fn title_line(sort: SortKey, interval_ms: u64) -> String {
     format!(
-        "xpreempt top   sort: {}   every {interval_ms} ms   keys: p priority  s state  c process  r preemptions  q quit",
+        "xpreempt top   sort: {}   every {interval_ms} ms   keys: p priority  s state  c process  r preemptions  u busy  q quit",
         sort.name()
     )
 }
@@ -160,7 +171,7 @@ fn columns(c: [&str; 12]) -> String {
 }
 
 pub fn header_line() -> String {
-    columns(HEADER)
+    format!("{} {}", columns(HEADER), crate::ops::gpu_header())
 }
 
 pub fn row_line(r: &QueueRow) -> String {
@@ -174,7 +185,7 @@ pub fn row_line(r: &QueueRow) -> String {
     } else {
         format!("{:.1}", r.suspend_p99_ns as f64 / 1e3)
     };
-    columns([
+    let counters = columns([
         &r.queue.to_string(),
         &r.process.to_string(),
         &name,
@@ -187,7 +198,8 @@ pub fn row_line(r: &QueueRow) -> String {
         &r.preemptions.to_string(),
         &r.resumes.to_string(),
         &p99,
-    ])
+    ]);
+    format!("{counters} {}", crate::ops::gpu_cells(r))
 }
 
 /// What the screen shows: the last snapshot, or why there is none.
@@ -387,6 +399,8 @@ mod tests {
             preemptions: pre,
             resumes: pre,
             suspend_p99_ns: pre * 12_345,
+            gpu: Default::default(),
+            in_flight_gpu_ns: None,
         }
     }
 
@@ -414,6 +428,15 @@ mod tests {
         assert_eq!(order(&r), [3, 2, 4, 1]);
         sort_rows(&mut r, SortKey::Preemptions);
         assert_eq!(order(&r), [1, 3, 2, 4]);
+        for (q, u) in [(1, 0.9), (2, 0.1), (3, 0.5), (4, 0.5)] {
+            r.iter_mut()
+                .find(|x| x.queue.0 == q)
+                .unwrap()
+                .gpu
+                .busy_fraction = u;
+        }
+        sort_rows(&mut r, SortKey::Busy);
+        assert_eq!(order(&r), [1, 3, 4, 2]);
     }
 
     #[test]
@@ -427,6 +450,10 @@ mod tests {
             4,
         );
         r.effective_priority = 9;
+        r.gpu.per_command_ns = Some(113_000);
+        r.gpu.busy_fraction = 0.42;
+        r.gpu.burst_ns = Some(30_500_000);
+        r.in_flight_gpu_ns = Some(226_000);
         let line = row_line(&r);
         let cells: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(
@@ -443,12 +470,18 @@ mod tests {
                 "3",
                 "4",
                 "4",
-                "49.4"
+                "49.4",
+                "113µs",
+                "42%",
+                "30.5ms",
+                "-",
+                "226µs"
             ]
         );
         // Columns line up with the header whatever the values.
         assert_eq!(line.chars().count(), header_line().chars().count());
-        assert!(row_line(&row(1, 1, "x", 0, QueueState::Idle, 0)).ends_with(" -"));
+        let idle = row_line(&row(1, 1, "x", 0, QueueState::Idle, 0));
+        assert_eq!(idle.split_whitespace().nth(11), Some("-"), "{idle}");
     }
 
     #[test]
@@ -489,6 +522,7 @@ mod tests {
             k('r', KeyModifiers::NONE),
             Action::Sort(SortKey::Preemptions)
         );
+        assert_eq!(k('u', KeyModifiers::NONE), Action::Sort(SortKey::Busy));
         assert_eq!(k('x', KeyModifiers::NONE), Action::Nothing);
         let mut release = KeyEvent::new(KeyCode::Char('q'), KeyModifiers::NONE);
         release.kind = KeyEventKind::Release;

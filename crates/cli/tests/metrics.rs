@@ -261,6 +261,9 @@ fn the_grafana_dashboard_queries_only_metrics_the_daemon_exports() {
         "xpreempt_preemptions_total",
         "xpreempt_queue_suspend_latency_seconds_bucket",
         "xpreempt_queue_resume_latency_seconds_bucket",
+        "xpreempt_queue_gpu_busy_ratio",
+        "xpreempt_queue_gpu_command_seconds",
+        "xpreempt_queue_gpu_in_flight_seconds",
     ] {
         assert!(
             used.contains(needed),

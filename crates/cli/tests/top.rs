@@ -227,6 +227,18 @@ fn top_shows_the_queues_live_sorts_on_keys_waits_for_the_daemon_and_quits_cleanl
         "{s}"
     );
     assert!(line_of(&s, "highjob") < line_of(&s, "lowjob"), "{s}");
+    // The GPU-time columns: the high queue's 100 ms kernels, measured from its completions.
+    assert!(s.contains("gpu/cmd") && s.contains("gpu flight"), "{s}");
+    let s = tmux.wait_for(
+        "the high queue's GPU time per command never showed",
+        Duration::from_secs(5),
+        |s| row(s, "highjob").is_some_and(|c| c.len() == 17 && c[12].ends_with("ms")),
+    );
+    let per: f64 = row(&s, "highjob").unwrap()[12]
+        .trim_end_matches("ms")
+        .parse()
+        .unwrap();
+    assert!((90.0..400.0).contains(&per), "{s}");
 
     let o = xpreempt(&["--json", "top", "--socket", sock_s]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -1,7 +1,8 @@
 //! Prometheus text exposition (format 0.0.4) on a TCP listener: per device and per queue,
 //! queues and their states, preemptions, resumes, inversions, and suspend and resume latency as
 //! histograms (cumulative `_bucket`s with `le` in seconds, `_sum`, `_count`), which a dashboard
-//! can aggregate across queues and time (`histogram_quantile`).
+//! can aggregate across queues and time (`histogram_quantile`), and each queue's GPU time per
+//! command, busy fraction, bursts, gaps and GPU time in flight as its agent measured them.
 
 use crate::server::Shared;
 use std::fmt::Write as _;
@@ -165,15 +166,44 @@ pub(crate) fn render(shared: &Shared) -> String {
         ),
     ];
     for (name, help, get) in queue_metrics {
-        let kind = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
-        };
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for r in &rows {
-            let _ = writeln!(out, "{name}{{{}}} {}", labels(r), get(r));
-        }
+        family(&mut out, name, help, &rows, |r| Some(get(r)));
+    }
+    // Measured by each queue from its own completions; a queue that has measured nothing yet
+    // has no sample rather than a zero.
+    let gpu_metrics: [Metric<QueueRow, Option<f64>>; 6] = [
+        (
+            "xpreempt_queue_gpu_command_seconds",
+            "GPU time of one command, from the queue's completions (running average).",
+            |r| seconds(r.gpu.per_command_ns),
+        ),
+        (
+            "xpreempt_queue_gpu_busy_ratio",
+            "Fraction of about the last second with the queue's work on the device (u).",
+            |r| Some(r.gpu.busy_fraction),
+        ),
+        (
+            "xpreempt_queue_gpu_burst_seconds",
+            "How long the queue's bursts last, Ready until Idle (running average).",
+            |r| seconds(r.gpu.burst_ns),
+        ),
+        (
+            "xpreempt_queue_gpu_gap_seconds",
+            "The CPU gap between the queue's bursts, Idle until its next submission (running average).",
+            |r| seconds(r.gpu.gap_ns),
+        ),
+        (
+            "xpreempt_queue_gpu_in_flight_seconds",
+            "GPU time launched and not finished: commands in flight times GPU time per command.",
+            |r| seconds(r.in_flight_gpu_ns),
+        ),
+        (
+            "xpreempt_queue_gpu_measured_commands_total",
+            "Commands whose GPU time the queue measured.",
+            |r| Some(r.gpu.measured_commands as f64),
+        ),
+    ];
+    for (name, help, get) in gpu_metrics {
+        family(&mut out, name, help, &rows, get);
     }
     let histograms: [(&str, &str, Pick); 2] = [
         (
@@ -204,6 +234,32 @@ pub(crate) fn render(shared: &Shared) -> String {
         }
     }
     out
+}
+
+fn seconds(ns: Option<u64>) -> Option<f64> {
+    ns.map(|ns| ns as f64 / 1e9)
+}
+
+/// A family of per-queue gauges (or counters, by a `_total` name); rows without a value have
+/// no sample.
+fn family(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    rows: &[QueueRow],
+    get: impl Fn(&QueueRow) -> Option<f64>,
+) {
+    let kind = if name.ends_with("_total") {
+        "counter"
+    } else {
+        "gauge"
+    };
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for r in rows {
+        if let Some(v) = get(r) {
+            let _ = writeln!(out, "{name}{{{}}} {v}", labels(r));
+        }
+    }
 }
 
 /// A queue's labels, shared by its gauges, counters and histograms.

@@ -463,6 +463,7 @@ fn tick(shared: &Shared) {
     while !shared.shutdown.load(Ordering::SeqCst) {
         st.watchdog(bound);
         st.beat();
+        st.trace_gpu();
         let rate = shared.config.limits.changes_per_sec;
         st.change_rate.trim(rate);
         let next = st.run_timers();

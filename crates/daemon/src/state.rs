@@ -286,6 +286,7 @@ impl State {
             s.lift.store(0);
             s.preempted_by.store(0);
             s.set_quiet(Quiet::Loud);
+            s.gpu.clear();
         }
         let driver = match self.devices.entry(decl.device) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),

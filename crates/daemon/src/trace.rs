@@ -2,7 +2,9 @@
 //! format (open it at ui.perfetto.dev or chrome://tracing). One track per queue (a process per
 //! device): a span for each state the queue was in (ready, running, suspended), and at every
 //! suspension an instant event that names the queue it was stopped for, so that a user can see
-//! why their job waited.
+//! why their job waited. Beside each device's tracks, two counters per queue show what the queue
+//! measured of its GPU time as its agent last published it: its busy fraction u (%) and the GPU
+//! time of one command (µs), sampled on the daemon's tick and written when they change.
 //!
 //! Events are written as decisions happen and flushed at least every 100 ms; the closing `]`
 //! comes at the end, which the format lets a reader do without if the daemon was killed.
@@ -15,6 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use xpreempt_core::policy::QueueView;
 use xpreempt_core::sched::protocol::QueueState;
+use xpreempt_core::xqueue::GpuTimeSummary;
 use xpreempt_core::{Nanos, QueueId};
 
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
@@ -29,8 +32,13 @@ pub struct Trace {
     out: BufWriter<File>,
     /// Per (device, queue): the open span.
     spans: BTreeMap<(u32, QueueId), Span>,
+    /// Per (device, queue): the counters last written (busy %, µs per command).
+    counters: BTreeMap<(u32, QueueId), (f64, Option<f64>)>,
     flushed: Instant,
 }
+
+/// A busy fraction that moved less than this (in %) is not written again.
+const BUSY_STEP_PERCENT: f64 = 0.5;
 
 fn us(ns: Nanos) -> f64 {
     ns as f64 / 1_000.0
@@ -45,6 +53,7 @@ impl Trace {
         Ok(Self {
             out,
             spans: BTreeMap::new(),
+            counters: BTreeMap::new(),
             flushed: Instant::now(),
         })
     }
@@ -108,9 +117,39 @@ impl Trace {
         }
     }
 
+    /// What `queue` measured of its GPU time, as of `now`: its counters, where they moved.
+    pub fn gpu(&mut self, device: u32, queue: QueueId, now: Nanos, gpu: &GpuTimeSummary) {
+        let busy = (gpu.busy_fraction * 100.0).clamp(0.0, 100.0);
+        let per = gpu.per_command_ns.map(us);
+        let key = (device, queue);
+        let last = self.counters.get(&key).copied();
+        let busy_moved = last.is_none_or(|(b, _)| (b - busy).abs() >= BUSY_STEP_PERCENT);
+        let per_moved = per.is_some() && last.is_none_or(|(_, p)| p != per);
+        if busy_moved {
+            self.event(json!({
+                "ph": "C", "name": format!("{queue} busy %"), "pid": device, "ts": us(now),
+                "args": { "u": busy },
+            }));
+        }
+        if per_moved {
+            self.event(json!({
+                "ph": "C", "name": format!("{queue} GPU time per command (µs)"), "pid": device,
+                "ts": us(now), "args": { "us": per },
+            }));
+        }
+        // The next sample is compared with what the timeline shows.
+        let shown = if busy_moved {
+            busy
+        } else {
+            last.map_or(busy, |l| l.0)
+        };
+        self.counters.insert(key, (shown, per));
+    }
+
     /// The queue is gone: its span ends.
     pub fn forget(&mut self, device: u32, queue: QueueId, now: Nanos) {
         self.close((device, queue), now);
+        self.counters.remove(&(device, queue));
     }
 
     fn close(&mut self, key: (u32, QueueId), now: Nanos) {
@@ -199,6 +238,49 @@ mod tests {
         assert_eq!(
             (stopped["ts"].as_f64(), stopped["dur"].as_f64()),
             (Some(5.0), Some(4.0))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn gpu_counters_are_written_when_they_move() {
+        let dir = std::env::temp_dir().join(format!("xp-trace-gpu-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.json");
+        let mut t = Trace::create(&path).unwrap();
+        let mut g = GpuTimeSummary::default();
+        // Nothing measured: u is 0 and there is no command time yet.
+        t.gpu(0, QueueId(4), 1_000, &g);
+        g.busy_fraction = 0.5;
+        g.per_command_ns = Some(2_000_000);
+        t.gpu(0, QueueId(4), 2_000, &g);
+        // Unchanged, then a move too small to show: nothing written.
+        t.gpu(0, QueueId(4), 3_000, &g);
+        g.busy_fraction = 0.502;
+        t.gpu(0, QueueId(4), 4_000, &g);
+        // The small moves add up against what the timeline shows.
+        g.busy_fraction = 0.506;
+        g.per_command_ns = Some(2_500_000);
+        t.gpu(0, QueueId(4), 5_000, &g);
+        t.forget(0, QueueId(4), 6_000);
+        t.gpu(0, QueueId(4), 7_000, &g);
+        t.finish(8_000);
+        let events: Vec<serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let series = |name: &str, arg: &str| -> Vec<(f64, f64)> {
+            events
+                .iter()
+                .filter(|e| e["ph"] == "C" && e["name"] == name)
+                .map(|e| (e["ts"].as_f64().unwrap(), e["args"][arg].as_f64().unwrap()))
+                .collect()
+        };
+        assert_eq!(
+            series("q4 busy %", "u"),
+            [(1.0, 0.0), (2.0, 50.0), (5.0, 50.6), (7.0, 50.6)]
+        );
+        assert_eq!(
+            series("q4 GPU time per command (µs)", "us"),
+            [(2.0, 2_000.0), (5.0, 2_500.0), (7.0, 2_500.0)]
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

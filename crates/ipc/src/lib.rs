@@ -15,6 +15,7 @@
 
 pub mod board;
 pub mod frame;
+mod gpu_words;
 mod mapping;
 pub mod msg;
 pub mod names;
@@ -25,7 +26,7 @@ pub mod unix;
 use std::path::PathBuf;
 
 /// Bumped whenever a message or the segment layout changes incompatibly.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The system daemon's socket (the systemd unit's).
 pub const SYSTEM_SOCKET: &str = "/run/xpreempt/xpreempt.sock";

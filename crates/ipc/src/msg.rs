@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use xpreempt_core::sched::Work;
 use xpreempt_core::sched::protocol::QueueState;
 use xpreempt_core::stats::SchedulerStats;
+use xpreempt_core::xqueue::GpuTimeSummary;
 use xpreempt_types::{Hints, Level, Nanos, Priority, ProcessId, QueueId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,6 +214,22 @@ pub struct QueueRow {
     pub preemptions: u64,
     pub resumes: u64,
     pub suspend_p99_ns: Nanos,
+    /// The queue's GPU time per command, busy fraction, bursts and gaps, as its agent measured
+    /// them from its completions.
+    #[serde(default)]
+    pub gpu: GpuTimeSummary,
+    /// GPU time launched and not yet finished: commands in flight × GPU time per command
+    /// (what a drain of its window costs); `None` until a command was measured.
+    #[serde(default)]
+    pub in_flight_gpu_ns: Option<Nanos>,
+}
+
+impl QueueRow {
+    /// Commands in flight × the measured GPU time of one.
+    pub fn in_flight_gpu(in_flight: u32, gpu: &GpuTimeSummary) -> Option<Nanos> {
+        gpu.per_command_ns
+            .map(|per| per.saturating_mul(Nanos::from(in_flight)))
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -13,6 +13,7 @@
 //! at once, [`Quiet`]).
 
 use crate::board::Bits;
+pub use crate::gpu_words::GpuWords;
 use crate::mapping::{Mapping, futex_wait, futex_wake};
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -76,6 +77,8 @@ pub struct Slot {
     /// Agent → daemon: the queue's suspend and resume latencies, for the daemon's histograms.
     pub suspend_latency: Latencies,
     pub resume_latency: Latencies,
+    /// Agent → daemon: the queue's GPU time per command, busy fraction, bursts and gaps.
+    pub gpu: GpuWords,
     /// Daemon → agent: board bits whose queues, while active, stop this one at once (the
     /// policy's order says so whatever else happens); written whenever it changes.
     pub preempted_by: Bits,

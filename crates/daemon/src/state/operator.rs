@@ -109,6 +109,8 @@ impl State {
                 let load64 = |f: fn(&xpreempt_ipc::shm::Slot) -> &std::sync::atomic::AtomicU64| {
                     slot.map_or(0, |s| f(s).load(Ordering::Relaxed))
                 };
+                let in_flight = load32(|s| &s.in_flight);
+                let gpu = slot.map(|s| s.gpu.load()).unwrap_or_default();
                 rows.push(QueueRow {
                     queue: v.id,
                     process: c.cred.pid,
@@ -118,11 +120,13 @@ impl State {
                     logical_priority: v.logical_priority,
                     effective_priority: v.effective_priority,
                     state: v.state,
-                    in_flight: load32(|s| &s.in_flight),
+                    in_flight,
                     pending: load32(|s| &s.pending),
                     preemptions: load64(|s| &s.preemptions),
                     resumes: load64(|s| &s.resumes),
                     suspend_p99_ns: load64(|s| &s.suspend_p99_ns),
+                    in_flight_gpu_ns: QueueRow::in_flight_gpu(in_flight, &gpu),
+                    gpu,
                 });
             }
         }
@@ -143,6 +147,25 @@ impl State {
             }
         }
         out
+    }
+
+    /// The timeline's GPU-time counters (`--trace`): each queue's measurements as its agent
+    /// last published them. Sampled on the tick, so nothing is added to the decision path.
+    pub fn trace_gpu(&mut self) {
+        let now = self.now();
+        let Some(trace) = self.trace.as_mut() else {
+            return;
+        };
+        for (&queue, e) in &self.queues {
+            let slot = self
+                .clients
+                .get(&e.client)
+                .and_then(|c| c.segment.as_ref())
+                .and_then(|s| s.slot(e.slot));
+            if let Some(s) = slot {
+                trace.gpu(e.device, queue, now, &s.gpu.load());
+            }
+        }
     }
 
     pub fn set_mps_pipe(&mut self, pipe: Option<String>) {

@@ -267,6 +267,7 @@ fn publish_stats(inner: &Inner) {
             .store(st.suspend_latency.summary().p99, Ordering::Relaxed);
         s.suspend_latency.store(&st.suspend_latency);
         s.resume_latency.store(&st.resume_latency);
+        s.gpu.store(&e.queue.gpu_time());
     }
 }
 

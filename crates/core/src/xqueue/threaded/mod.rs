@@ -10,7 +10,7 @@ mod watcher;
 
 pub use lend::Lent;
 
-use super::{QueueOpError, SubmitError, XQueue};
+use super::{GpuTimeSummary, QueueOpError, SubmitError, XQueue};
 use crate::sched::{QueueControl, QueueReport};
 use crate::stats::QueueStats;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,6 +71,11 @@ pub trait Preemptible: Send + Sync {
     fn set_refused(&self, refused: bool);
     /// A snapshot of the queue's counters and latency histograms.
     fn stats(&self) -> QueueStats;
+    /// The queue's GPU-time measurements as of now on its own clock: its busy fraction keeps
+    /// fading while it is idle, which the summary as of its last event would not show.
+    fn gpu_time(&self) -> GpuTimeSummary {
+        self.stats().gpu.last_summary()
+    }
 }
 
 /// A shared queue keeps its own clock (its watcher times settling on it); the driver's `now`
@@ -462,6 +467,11 @@ where
 
     fn stats(&self) -> QueueStats {
         self.inner.lock().stats().clone()
+    }
+
+    fn gpu_time(&self) -> GpuTimeSummary {
+        let now = self.inner.now();
+        self.inner.lock().stats().gpu.summary(now)
     }
 }
 
