@@ -33,7 +33,6 @@ pub mod nvrtc;
 pub mod placement;
 pub mod queue;
 pub mod stop_gate;
-pub mod timeslice;
 
 pub use driver::{Device, driver_present};
 pub use error::CudaError;

@@ -11,7 +11,7 @@ use crate::error::{CudaError, Result, cu};
 use crate::flight::{Flight, flag_is_safe, is_clean};
 use crate::kernel::Kernel;
 use crate::lv2::Relaunch;
-use crate::lv3::Lv3Control;
+use crate::lv3::ProcessLv3;
 use crate::placement;
 use crate::stop_gate::{Closed, StopGate};
 use cudarc::driver::sys;
@@ -32,6 +32,9 @@ pub struct CudaQueueConfig {
     pub slots: u32,
     /// Most completion words (blocks or items) one guarded launch may use.
     pub max_units: u32,
+    /// The process's Lv3 control, where Lv3 is available (a queue at `level` Lv3 without it
+    /// uses Lv2/Lv1).
+    pub lv3: Option<ProcessLv3>,
 }
 
 impl Default for CudaQueueConfig {
@@ -41,6 +44,7 @@ impl Default for CudaQueueConfig {
             stream_priority: 0,
             slots: 64,
             max_units: 1 << 18,
+            lv3: None,
         }
     }
 }
@@ -109,7 +113,7 @@ pub struct CudaQueue {
     /// Open while a stop ahead may set the flag without the lock (`lv2.rs`).
     pub(crate) gate: StopGate,
     pub(crate) done: DeviceBuffer,
-    lv3: Option<Arc<Lv3Control>>,
+    lv3: Option<ProcessLv3>,
     /// Where the application's thread last launched (`crate::placement`).
     launcher_cpu: AtomicI32,
 }
@@ -155,13 +159,7 @@ impl CudaQueue {
             free_events.push(new_event()?);
         }
         let lv3 = if cfg.level >= Level::Lv3 {
-            match crate::lv3::shared() {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    tracing::warn!(%e, "Lv3 (channel-group timeslice) unavailable; this queue uses Lv2/Lv1");
-                    None
-                }
-            }
+            cfg.lv3.clone()
         } else {
             None
         };

@@ -125,6 +125,7 @@ impl Target for Gpu {
                 // More than a case can have in flight on one queue (at most 48 steps).
                 slots: 64,
                 max_units: 64,
+                lv3: None,
             },
         )
         .expect("CudaQueue");

@@ -1,5 +1,6 @@
 //! Errors of the benchmark workloads.
 
+use crate::timeslice::Lv3Unavailable;
 use std::path::PathBuf;
 use thiserror::Error;
 use xpreempt_agent::AgentError;
@@ -9,7 +10,6 @@ use xpreempt_core::sched::SchedError;
 use xpreempt_core::xqueue::threaded::TrySubmitError;
 use xpreempt_core::xqueue::{ConfigError, QueueOpError};
 use xpreempt_cuda::error::CudaError;
-use xpreempt_cuda::timeslice::Lv3Unavailable;
 
 #[derive(Debug, Error)]
 pub enum BenchError {

@@ -60,9 +60,24 @@ impl QueueSpec {
                 // suspension's relaunch while new commands keep arriving.
                 slots: 2 * self.threshold + 2,
                 max_units: MAX_UNITS,
+                lv3: self.lv3(),
             },
         )?;
         Ok(marked(q, marks))
+    }
+
+    /// The process's Lv3 control for a queue at Lv3, if the preloaded shim offers one.
+    fn lv3(&self) -> Option<xpreempt_cuda::lv3::ProcessLv3> {
+        if self.level < Level::Lv3 {
+            return None;
+        }
+        match crate::timeslice::shared() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(%e, "Lv3 (channel-group timeslice) unavailable; this queue uses Lv2/Lv1");
+                None
+            }
+        }
     }
 
     pub fn config(&self) -> Result<QueueConfig> {

@@ -7,6 +7,7 @@ use crate::control::Control;
 use crate::marks::Marks;
 use crate::queue::{AgentSpec, BenchQueue, QueueSpec};
 use crate::requests::{LcTarget, request_loop};
+use crate::timeslice::Timeslice;
 use crate::{BenchError, Env, Result, Shape};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -17,7 +18,6 @@ use xpreempt_core::xqueue::threaded::Preemptible;
 use xpreempt_core::{Command, HwQueue, Level, QueueId};
 use xpreempt_cuda::Kernel;
 use xpreempt_cuda::native::{Event, Stream};
-use xpreempt_cuda::timeslice::Timeslice;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BeSpec {

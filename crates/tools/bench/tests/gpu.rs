@@ -32,6 +32,7 @@ fn queue(e: &Env, level: Level) -> Arc<SharedXQueue<CudaQueue>> {
             stream_priority: 0,
             slots: 20,
             max_units: 1 << 20,
+            lv3: None,
         },
     )
     .expect("queue");

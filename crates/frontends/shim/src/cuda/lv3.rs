@@ -6,9 +6,9 @@
 //! one [`Lv3Control`]; this module gives it the RM interposer's control.
 
 use super::driver::{CUresult, ERROR_NOT_FOUND};
-use std::sync::{LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use xpreempt_cuda::CudaError;
-use xpreempt_cuda::lv3::{Lv3Control, TimesliceControl};
+use xpreempt_cuda::lv3::{Lv3Control, ProcessLv3, TimesliceControl};
 
 /// A stand-in for the RM timeslice control (test machinery registers one; see `chaos`): it
 /// takes the slice and answers as `xpreempt_shim_set_timeslice` does.
@@ -47,8 +47,8 @@ impl TimesliceControl for Rm {
 
 /// The process's count of interrupted queues; the last restore puts back the driver's slice
 /// (or, through the RM hooks, the policy's).
-static CONTROL: LazyLock<Lv3Control<Rm>> =
-    LazyLock::new(|| Lv3Control::new(Rm, crate::rm::DRIVER_DEFAULT_TIMESLICE_US));
+static CONTROL: LazyLock<ProcessLv3> =
+    LazyLock::new(|| Arc::new(Lv3Control::new(Rm, crate::rm::DRIVER_DEFAULT_TIMESLICE_US)));
 
 /// One more interrupted queue; the first lowers the process's slice. On failure nothing changed.
 pub fn interrupt() -> Result<(), CUresult> {
