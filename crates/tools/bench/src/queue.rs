@@ -1,4 +1,5 @@
-//! The one way the benchmarks build a preemptible queue: a `CudaQueue` under an `XQueue`, either
+//! The one way the benchmarks build a preemptible queue: a `CudaQueue` (the CUDA backend's one
+//! queue, on a stream of its own) under an `XQueue`, either
 //! in this process alone (no scheduler, or the local scheduler's sink) or registered with
 //! `xpreemptd` through a global-mode agent. BE, LC and the latency probe's victim all come from
 //! a [`QueueSpec`], so the scenarios differ only in who suspends the queue.
@@ -51,16 +52,17 @@ pub struct QueueSpec {
 impl QueueSpec {
     /// The hardware queue alone, for a caller that wraps it itself (the agent).
     pub fn hal(&self, env: &Env, marks: Option<Arc<Marks>>) -> Result<Marked<CudaQueue>> {
-        let q = CudaQueue::new(
+        let q = CudaQueue::on_device(
             env.device.clone(),
+            self.stream_priority,
             CudaQueueConfig {
                 level: self.level,
-                stream_priority: self.stream_priority,
+                lv3: self.lv3(),
                 // The CUDA queue needs threshold + 1 slots; twice that leaves room for a
                 // suspension's relaunch while new commands keep arriving.
                 slots: 2 * self.threshold + 2,
                 max_units: MAX_UNITS,
-                lv3: self.lv3(),
+                ..CudaQueueConfig::default()
             },
         )?;
         Ok(marked(q, marks))

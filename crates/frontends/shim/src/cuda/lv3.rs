@@ -3,9 +3,8 @@
 //! gets the shortest slice, so the GPU's scheduler switches to another process's pending work
 //! after a microsecond instead of 2 ms; restoring puts back the driver's (or the RM policy's)
 //! slice. The setting is per process, so interrupted queues are counted, by the CUDA backend's
-//! one [`Lv3Control`]; this module gives it the RM interposer's control.
+//! one [`Lv3Control`]; this module gives it the RM interposer's control, and the queues call it.
 
-use super::driver::{CUresult, ERROR_NOT_FOUND};
 use std::sync::{Arc, LazyLock, OnceLock};
 use xpreempt_cuda::CudaError;
 use xpreempt_cuda::lv3::{Lv3Control, ProcessLv3, TimesliceControl};
@@ -21,8 +20,13 @@ pub fn set_stand_in(set: fn(u64) -> i64) {
 
 /// Whether Lv3 can act in this process: its contexts' channel groups are its own (not an MPS
 /// server's) and were seen being created.
-pub fn available() -> bool {
+fn available() -> bool {
     STAND_IN.get().is_some() || crate::rm::xpreempt_shim_channel_groups() > 0
+}
+
+/// The process's timeslice control for a queue at Lv3, where Lv3 can act (see [`available`]).
+pub fn control() -> Option<ProcessLv3> {
+    available().then(|| CONTROL.clone())
 }
 
 /// The RM interposer's SET_TIMESLICE on every compute channel group of the process.
@@ -49,14 +53,3 @@ impl TimesliceControl for Rm {
 /// (or, through the RM hooks, the policy's).
 static CONTROL: LazyLock<ProcessLv3> =
     LazyLock::new(|| Arc::new(Lv3Control::new(Rm, crate::rm::DRIVER_DEFAULT_TIMESLICE_US)));
-
-/// One more interrupted queue; the first lowers the process's slice. On failure nothing changed.
-pub fn interrupt() -> Result<(), CUresult> {
-    CONTROL.interrupt().map_err(|_| ERROR_NOT_FOUND)
-}
-
-/// One interrupted queue fewer; the last restores the slice. On failure the count stays, so a
-/// retry restores.
-pub fn restore() -> Result<(), CUresult> {
-    CONTROL.restore().map_err(|_| ERROR_NOT_FOUND)
-}
