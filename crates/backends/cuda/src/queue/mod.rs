@@ -317,7 +317,13 @@ impl CudaQueue {
         xpreempt_hal::lock_quietly(&self.state)
     }
 
+    /// Makes the queue's context current for the guard's life. A queue with a stream of its own
+    /// makes it current for good, once per thread (`owned.rs`), so that its threads do not push
+    /// and pop it around every call; the application's threads get it back as they had it.
     pub(crate) fn enter(&self) -> entry::CtxGuard<'static> {
+        if let Some(device) = &self.owned {
+            owned::bind_once(device);
+        }
         entry::CtxGuard::enter(self.drv, self.ctx)
     }
 

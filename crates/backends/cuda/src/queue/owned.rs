@@ -37,3 +37,16 @@ impl CudaQueue {
         drv.stream_destroy(self.stream);
     }
 }
+
+/// Makes `device`'s context current on this thread unless this thread made it so last (a thread
+/// of the program's own, which binds devices as it likes: a failure is left to the guard, which
+/// pushes the context instead).
+pub(crate) fn bind_once(device: &Device) {
+    thread_local! {
+        static BOUND: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+    let ctx = device.ctx as usize;
+    if BOUND.with(|b| b.get()) != ctx && device.bind().is_ok() {
+        BOUND.with(|b| b.set(ctx));
+    }
+}
