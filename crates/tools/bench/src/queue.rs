@@ -36,6 +36,14 @@ pub(crate) fn env_micros(name: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
+/// Submits `k` to `q` as the application's own launch (`xpreempt_cuda::queue::submitting`): the
+/// queue's completion watcher then keeps off the CPU of the thread that launches, as it keeps off
+/// an intercepted application's.
+pub fn submit_kernel(q: &BenchQueue, k: &xpreempt_cuda::Kernel) -> Result<xpreempt_core::Seq> {
+    let command = xpreempt_core::Command::kernel(xpreempt_cuda::Deferred::kernel(k.clone()));
+    Ok(xpreempt_cuda::queue::submitting(|| q.submit(command)).0?)
+}
+
 /// Every benchmark queue: a CUDA queue whose stops can be marked (`--marks`).
 pub type BenchQueue = SharedXQueue<Marked<CudaQueue>>;
 

@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Instant;
 use xpreempt_core::xqueue::threaded::Preemptible;
-use xpreempt_core::{Command, HwQueue, Level, QueueId};
+use xpreempt_core::{HwQueue, Level, QueueId};
+use xpreempt_cuda::Kernel;
 use xpreempt_cuda::native::{Event, Stream};
-use xpreempt_cuda::{Deferred, Kernel};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BeSpec {
@@ -212,8 +212,7 @@ impl Feed<'_> {
         };
         let mut outstanding: VecDeque<u64> = VecDeque::new();
         while running() {
-            outstanding
-                .push_back(q.submit(Command::kernel(Deferred::kernel(self.kernel.clone())))?);
+            outstanding.push_back(crate::queue::submit_kernel(q, self.kernel)?);
             launched();
             if outstanding.len() >= self.window
                 && let Some(s) = outstanding.pop_front()
