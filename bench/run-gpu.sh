@@ -9,7 +9,8 @@
 # The binaries come from BIN [default: target/release]: xpreempt, libxpreempt_shim.so and the
 # benchmarks' binary xpreempt-bench; the test binaries
 # from GPU_TESTS [default: $BIN/gpu-tests], CUDA_CONFORMANCE [default: $BIN/cuda-conformance] and
-# SHIM_CONFORMANCE [default: $BIN/shim-conformance] (the HAL conformance suite against the shim's HAL).
+# SHIM_CONFORMANCE [default: $BIN/shim-conformance] (the HAL conformance suite against the CUDA queue
+# through cudarc's driver, and through the shim's own libcuda table).
 # The GPU machine needs no Rust toolchain: build elsewhere and copy BIN's files over. Test
 # binaries get a hashed name, which cargo prints as "Executable ... (path)":
 #   cargo build --release -p xpreempt-cli -p xpreempt-shim -p xpreempt-bench --features xpreempt-shim/chaos

@@ -18,12 +18,11 @@ pub mod faulty;
 pub mod observed;
 #[cfg(feature = "reference")]
 pub mod reference;
-pub mod sync_events;
 
 pub use xpreempt_types::{Command, Launched, Level, Seq};
 
 use std::error::Error as StdError;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use thiserror::Error;
 
 /// The backend's own error, kept whole (with its chain) and cheap to clone.
@@ -87,6 +86,26 @@ impl HalError {
             cur = e.source();
         }
         s
+    }
+}
+
+/// Takes `m` without ever sleeping on it: a waiter that slept would cost the holder a wake-up
+/// (a system call) when it lets go, and the holder is usually the application's thread in the
+/// middle of a launch, while the other side (the watcher) can spare the wait.
+/// The XQueue's lock and a backend's own state lock use it alike: both are held across the
+/// application's launch.
+pub fn lock_quietly<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    let mut spins = 0u32;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return g,
+            Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+            Err(TryLockError::WouldBlock) if spins < 100 => {
+                spins += 1;
+                std::hint::spin_loop();
+            }
+            Err(TryLockError::WouldBlock) => std::thread::yield_now(),
+        }
     }
 }
 

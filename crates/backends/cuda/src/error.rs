@@ -34,29 +34,12 @@ pub enum CudaError {
     },
     #[error("{given} kernel arguments, at most {max} are supported")]
     TooManyArgs { given: usize, max: usize },
-    #[error("guarded kernel needs {units} completion words, the queue has {max_units}")]
-    GuardTooLarge { units: u32, max_units: u32 },
-    #[error(
-        "all {slots} completion slots are in use; give the queue more slots than its threshold"
-    )]
-    SlotsExhausted { slots: u32 },
     #[error("a guarded kernel needs a CudaQueue (it fills in the guard's parameters)")]
     GuardedOnPlainStream,
-    #[error("{0} is not supported by the CUDA backend yet")]
-    UnsupportedCommand(&'static str),
     #[error("SET_TIMESLICE ioctl failed")]
     TimesliceIoctl(#[source] std::io::Error),
     #[error("SET_TIMESLICE: RM status {0:#x}")]
     TimesliceRm(i64),
-    #[error("reactivate after interrupt: an interrupted queue is resumed with restore")]
-    ReactivateAfterInterrupt,
-    #[error("synchronize({upto}) beyond the last launch ({launched})")]
-    SyncBeyondLaunch { upto: u64, launched: u64 },
-    /// A stop ahead is under way and the command would not be stopped with the rest.
-    #[error("launch held back: a stop of this queue is under way")]
-    Stopping,
-    #[error("a stop ahead awaits its deactivate")]
-    StopAheadPending,
 }
 
 impl CudaError {
@@ -65,22 +48,13 @@ impl CudaError {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            CudaError::TooManyArgs { .. }
-                | CudaError::GuardTooLarge { .. }
-                | CudaError::SlotsExhausted { .. }
-                | CudaError::GuardedOnPlainStream
-                | CudaError::UnsupportedCommand(_)
-                | CudaError::ReactivateAfterInterrupt
-                | CudaError::SyncBeyondLaunch { .. }
-                | CudaError::StopAheadPending
+            CudaError::TooManyArgs { .. } | CudaError::GuardedOnPlainStream
         )
     }
 
     /// The HAL error of operation `op`, keeping this one as its source.
     pub fn into_hal(self, op: &'static str) -> HalError {
-        if let CudaError::Stopping = self {
-            HalError::Stopping(op)
-        } else if self.is_refusal() {
+        if self.is_refusal() {
             HalError::refused(op, self)
         } else {
             HalError::backend(op, self)

@@ -1,6 +1,5 @@
-//! The pure bookkeeping of Lv2 (block-level preemption of guard-built kernels), shared by every
-//! backend that stops kernels with a device-memory flag: the CUDA backend's `CudaQueue` and the
-//! shim's per-stream HAL (which must not link the CUDA backend).
+//! The pure bookkeeping of Lv2 (block-level preemption of guard-built kernels) of the CUDA queue,
+//! which stops kernels with a device-memory flag (`queue/lv2.rs`).
 //!
 //! A guarded kernel reads its queue's flag when each block (or work item) begins and marks the
 //! block finished in a completion array slot with the launch's epoch; a stopped kernel is

@@ -1,7 +1,8 @@
 //! The kernel payload of the CUDA backend.
 
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, Result, cu};
 use cudarc::driver::sys;
+use std::ffi::c_void;
 
 /// Most kernel arguments a payload carries (besides the guard's three).
 pub const MAX_ARGS: usize = 12;
@@ -12,7 +13,9 @@ pub const MAX_ARGS: usize = 12;
 /// `func` must be a function of a module that stays loaded while launches of this kernel run,
 /// taking exactly `nargs` parameters of at most 8 bytes (after the guard's three when
 /// `guard` is set): the driver reads that many argument slots.
-#[derive(Debug)]
+/// A clone is a new launch: the completion slot of a launch belongs to its command (the queue's
+/// `Deferred`), not to the kernel.
+#[derive(Clone, Debug)]
 pub struct Kernel {
     pub func: sys::CUfunction,
     pub grid: [u32; 3],
@@ -23,29 +26,10 @@ pub struct Kernel {
     /// Built with `xpreempt_guard.cuh`: its first parameters are `XP_GUARD_PARAMS`, which the
     /// backend fills in, and `units` completion words (blocks, or items of a persistent kernel).
     pub guard: Option<GuardUnits>,
-    /// Completion-array slot and epoch, assigned at the first launch and reused on relaunch.
-    pub(crate) slot: Option<(u32, u32)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GuardUnits(pub u32);
-
-/// A clone is a new launch: it does not inherit the completion slot of the original (it would
-/// otherwise count the original's finished blocks as its own).
-impl Clone for Kernel {
-    fn clone(&self) -> Self {
-        Self {
-            func: self.func,
-            grid: self.grid,
-            block: self.block,
-            shared_mem: self.shared_mem,
-            args: self.args,
-            nargs: self.nargs,
-            guard: self.guard,
-            slot: None,
-        }
-    }
-}
 
 // SAFETY: a CUfunction is an opaque handle into a module, usable from any thread of the process
 // (the driver locks internally); the rest is plain data.
@@ -76,7 +60,6 @@ impl Kernel {
             args: a,
             nargs: args.len(),
             guard: None,
-            slot: None,
         })
     }
 
@@ -91,6 +74,49 @@ impl Kernel {
         self.guard = Some(GuardUnits(items));
         self
     }
+}
+
+/// `cuLaunchKernel` on `stream` with `leading` parameters (the guard's, at most three) before the
+/// kernel's own.
+///
+/// # Safety
+///
+/// `stream` is a live stream of the current context, and `k` keeps the contract of [`Kernel`]:
+/// its function is loaded and takes exactly `leading.len() + k.nargs` parameters of at most
+/// 8 bytes, so the driver reads only the argument slots filled in here.
+pub unsafe fn launch_on(
+    stream: cudarc::driver::sys::CUstream,
+    k: &Kernel,
+    leading: &mut [u64],
+) -> Result<()> {
+    let mut args = k.args;
+    let own = args.get_mut(..k.nargs).ok_or(CudaError::TooManyArgs {
+        given: k.nargs,
+        max: MAX_ARGS,
+    })?;
+    let mut ptrs: [*mut c_void; MAX_ARGS + 3] = [std::ptr::null_mut(); MAX_ARGS + 3];
+    for (p, v) in ptrs
+        .iter_mut()
+        .zip(leading.iter_mut().chain(own.iter_mut()))
+    {
+        *p = (v as *mut u64).cast();
+    }
+    // SAFETY: `ptrs` points at `leading` and the local copy `args`, both alive until the call
+    // returns (the driver copies the values at launch); the caller vouches for `stream` and for
+    // the function's parameter list.
+    cu!(cuLaunchKernel(
+        k.func,
+        k.grid[0],
+        k.grid[1],
+        k.grid[2],
+        k.block[0],
+        k.block[1],
+        k.block[2],
+        k.shared_mem,
+        stream,
+        ptrs.as_mut_ptr(),
+        std::ptr::null_mut()
+    ))
 }
 
 #[cfg(test)]

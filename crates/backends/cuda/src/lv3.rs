@@ -1,32 +1,39 @@
-//! Lv3 for the whole process. The shim's SET_TIMESLICE reaches every compute channel group of
-//! the process (all its contexts, on every device), so the timeslice is one process-wide setting:
-//! if each queue lowered and restored it on its own, resuming one queue would lift the
-//! suspension of another. One [`Lv3Control`] per process counts the interrupted queues instead:
-//! the first interrupt lowers the timeslice, the last restore puts the configured one back.
+//! Lv3 for the whole process: the timeslice of its compute channel groups. SET_TIMESLICE reaches
+//! every compute channel group of the process (all its contexts, on every device), so the
+//! timeslice is one process-wide setting: if each queue lowered and restored it on its own,
+//! resuming one queue would lift the suspension of another. One [`Lv3Control`] per process counts
+//! the interrupted queues instead: the first interrupt lowers the timeslice, the last restore puts
+//! the configured one back.
+//!
+//! How the slice is set is the caller's [`TimesliceControl`]: the RM interposer of
+//! `libxpreempt_shim.so` sees the channel groups, so the shim passes its own; a program that runs
+//! with the shim preloaded reaches the same control through the shim's exports. The queue only
+//! ever calls this module, in Rust.
 
 use crate::error::Result;
-use crate::timeslice::{Lv3Unavailable, MIN_TIMESLICE_US, Timeslice};
 use std::sync::{Arc, Mutex};
+
+/// What libcuda sets by itself (measured), restored after an interrupt.
+pub const DEFAULT_TIMESLICE_US: u64 = 2048;
+/// The smallest timeslice asked for while interrupted.
+pub const MIN_TIMESLICE_US: u64 = 1;
 
 /// Something that sets the timeslice of every compute channel group of this process.
 pub trait TimesliceControl: Send + Sync {
     fn set_us(&self, us: u64) -> Result<()>;
 }
 
-impl TimesliceControl for Timeslice {
-    fn set_us(&self, us: u64) -> Result<()> {
-        Timeslice::set_us(self, us)
-    }
-}
-
 /// The process's Lv3 state: how many queues are interrupted now.
-pub struct Lv3Control<C = Timeslice> {
-    control: C,
+pub struct Lv3Control<C: ?Sized = dyn TimesliceControl> {
     normal_us: u64,
     interrupted: Mutex<u32>,
+    control: C,
 }
 
-impl<C> std::fmt::Debug for Lv3Control<C> {
+/// The process's one Lv3 control as the queues hold it.
+pub type ProcessLv3 = Arc<Lv3Control>;
+
+impl<C: ?Sized> std::fmt::Debug for Lv3Control<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lv3Control")
             .field("normal_us", &self.normal_us)
@@ -43,7 +50,9 @@ impl<C> Lv3Control<C> {
             interrupted: Mutex::new(0),
         }
     }
+}
 
+impl<C: ?Sized> Lv3Control<C> {
     pub fn control(&self) -> &C {
         &self.control
     }
@@ -54,7 +63,7 @@ impl<C> Lv3Control<C> {
     }
 }
 
-impl<C: TimesliceControl> Lv3Control<C> {
+impl<C: TimesliceControl + ?Sized> Lv3Control<C> {
     /// One more queue interrupted: the first lowers the timeslice. On failure nothing changed.
     pub fn interrupt(&self) -> Result<()> {
         let mut n = self.interrupted.lock().unwrap_or_else(|e| e.into_inner());
@@ -81,22 +90,6 @@ impl<C: TimesliceControl> Lv3Control<C> {
         }
         Ok(())
     }
-}
-
-static SHARED: Mutex<Option<Arc<Lv3Control<Timeslice>>>> = Mutex::new(None);
-
-/// This process's Lv3 control, probed at the first call that finds the shim and a channel group
-/// (a failed probe is not cached: a later queue, once a context exists, may succeed).
-pub fn shared() -> std::result::Result<Arc<Lv3Control<Timeslice>>, Lv3Unavailable> {
-    let mut g = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(c) = g.as_ref() {
-        return Ok(c.clone());
-    }
-    let ts = Timeslice::probe()?;
-    let normal = ts.normal_us;
-    let c = Arc::new(Lv3Control::new(ts, normal));
-    *g = Some(c.clone());
-    Ok(c)
 }
 
 #[cfg(test)]

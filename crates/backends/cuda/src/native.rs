@@ -126,7 +126,7 @@ impl Stream {
         self.device.bind()?;
         // SAFETY: `self.raw` is live and its context current; the kernel is unguarded, so it
         // has no leading parameters, and `Kernel`'s contract covers its own.
-        unsafe { crate::launch::launch_on(self.raw, k, &mut []) }
+        unsafe { crate::kernel::launch_on(self.raw, k, &mut []) }
     }
 
     /// Records `event` after everything launched so far.

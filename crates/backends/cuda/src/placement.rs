@@ -1,5 +1,5 @@
 //! Keeps a queue's completion watcher off the CPU of the thread that launches on the queue
-//! (used by the CUDA backends: the shim's streams and `CudaQueue`).
+//! (`CudaQueue`'s, under the shim and the benchmarks alike).
 //!
 //! The launching thread wakes the watcher when its queue gets work, and Linux tends to place a
 //! woken thread on the waker's CPU; the watcher's short naps then preempt the launching thread

@@ -1,15 +1,15 @@
 //! Errors of the benchmark workloads.
 
+use crate::timeslice::Lv3Unavailable;
 use std::path::PathBuf;
 use thiserror::Error;
 use xpreempt_agent::AgentError;
-use xpreempt_core::HalError;
 use xpreempt_core::policy::UnknownPolicy;
 use xpreempt_core::sched::SchedError;
 use xpreempt_core::xqueue::threaded::TrySubmitError;
 use xpreempt_core::xqueue::{ConfigError, QueueOpError};
+use xpreempt_core::{HalError, QueueId};
 use xpreempt_cuda::error::CudaError;
-use xpreempt_cuda::timeslice::Lv3Unavailable;
 
 #[derive(Debug, Error)]
 pub enum BenchError {
@@ -17,8 +17,16 @@ pub enum BenchError {
     Cuda(#[from] CudaError),
     #[error("invalid queue configuration")]
     QueueConfig(#[from] ConfigError),
-    #[error("submitting to the XQueue failed")]
-    Submit(#[source] Box<TrySubmitError<xpreempt_cuda::Kernel>>),
+    /// The queue refused the command (it was dropped: a benchmark does not resubmit).
+    #[error("submitting to the XQueue failed: queue {0}: admission refused")]
+    SubmitBusy(QueueId),
+    #[error("submitting to the XQueue failed: queue {queue}, command {seq}")]
+    Submit {
+        queue: QueueId,
+        seq: u64,
+        #[source]
+        source: HalError,
+    },
     #[error("waiting for the XQueue failed")]
     Wait(#[source] HalError),
     #[error("suspending or resuming the XQueue failed")]
@@ -56,9 +64,18 @@ pub enum BenchError {
     Spec(String),
 }
 
-impl From<TrySubmitError<xpreempt_cuda::Kernel>> for BenchError {
-    fn from(e: TrySubmitError<xpreempt_cuda::Kernel>) -> Self {
-        BenchError::Submit(Box::new(e))
+/// The command that comes back with the error is a deferred driver call, not shared between
+/// threads, so the error keeps what the queue said and lets the command go.
+impl From<TrySubmitError<xpreempt_cuda::Deferred>> for BenchError {
+    fn from(e: TrySubmitError<xpreempt_cuda::Deferred>) -> Self {
+        match e {
+            TrySubmitError::Busy(queue, _) => BenchError::SubmitBusy(queue),
+            TrySubmitError::Launch(e) => BenchError::Submit {
+                queue: e.queue,
+                seq: e.seq,
+                source: e.source,
+            },
+        }
     }
 }
 

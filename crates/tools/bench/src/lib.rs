@@ -14,6 +14,7 @@ pub mod requests;
 pub mod roles;
 pub mod sched;
 pub mod svg;
+pub mod timeslice;
 
 pub use error::{BenchError, Result};
 

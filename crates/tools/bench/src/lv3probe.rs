@@ -2,11 +2,11 @@
 //! process competes with a saturating BE process; its progress rate is read from host-mapped
 //! memory in three windows: default timeslice, own timeslice at the minimum, restored.
 
+use crate::timeslice::Timeslice;
 use crate::{BenchError, Env, Result};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 use xpreempt_cuda::native::{HostWord, Stream};
-use xpreempt_cuda::timeslice::Timeslice;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Window {
@@ -55,7 +55,7 @@ pub fn probe(env: &Env, window_ms: u64) -> Result<Lv3Probe> {
     let mut windows = Vec::new();
     for us in [
         ts.normal_us,
-        xpreempt_cuda::timeslice::MIN_TIMESLICE_US,
+        xpreempt_cuda::lv3::MIN_TIMESLICE_US,
         ts.normal_us,
     ] {
         let t0 = Instant::now();

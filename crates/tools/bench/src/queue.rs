@@ -1,4 +1,5 @@
-//! The one way the benchmarks build a preemptible queue: a `CudaQueue` under an `XQueue`, either
+//! The one way the benchmarks build a preemptible queue: a `CudaQueue` (the CUDA backend's one
+//! queue, on a stream of its own) under an `XQueue`, either
 //! in this process alone (no scheduler, or the local scheduler's sink) or registered with
 //! `xpreemptd` through a global-mode agent. BE, LC and the latency probe's victim all come from
 //! a [`QueueSpec`], so the scenarios differ only in who suspends the queue.
@@ -35,6 +36,14 @@ pub(crate) fn env_micros(name: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
+/// Submits `k` to `q` as the application's own launch (`xpreempt_cuda::queue::submitting`): the
+/// queue's completion watcher then keeps off the CPU of the thread that launches, as it keeps off
+/// an intercepted application's.
+pub fn submit_kernel(q: &BenchQueue, k: &xpreempt_cuda::Kernel) -> Result<xpreempt_core::Seq> {
+    let command = xpreempt_core::Command::kernel(xpreempt_cuda::Deferred::kernel(k.clone()));
+    Ok(xpreempt_cuda::queue::submitting(|| q.submit(command)).0?)
+}
+
 /// Every benchmark queue: a CUDA queue whose stops can be marked (`--marks`).
 pub type BenchQueue = SharedXQueue<Marked<CudaQueue>>;
 
@@ -51,18 +60,34 @@ pub struct QueueSpec {
 impl QueueSpec {
     /// The hardware queue alone, for a caller that wraps it itself (the agent).
     pub fn hal(&self, env: &Env, marks: Option<Arc<Marks>>) -> Result<Marked<CudaQueue>> {
-        let q = CudaQueue::new(
+        let q = CudaQueue::on_device(
             env.device.clone(),
+            self.stream_priority,
             CudaQueueConfig {
                 level: self.level,
-                stream_priority: self.stream_priority,
+                lv3: self.lv3(),
                 // The CUDA queue needs threshold + 1 slots; twice that leaves room for a
                 // suspension's relaunch while new commands keep arriving.
                 slots: 2 * self.threshold + 2,
                 max_units: MAX_UNITS,
+                ..CudaQueueConfig::default()
             },
         )?;
         Ok(marked(q, marks))
+    }
+
+    /// The process's Lv3 control for a queue at Lv3, if the preloaded shim offers one.
+    fn lv3(&self) -> Option<xpreempt_cuda::lv3::ProcessLv3> {
+        if self.level < Level::Lv3 {
+            return None;
+        }
+        match crate::timeslice::shared() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(%e, "Lv3 (channel-group timeslice) unavailable; this queue uses Lv2/Lv1");
+                None
+            }
+        }
     }
 
     pub fn config(&self) -> Result<QueueConfig> {

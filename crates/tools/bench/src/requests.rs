@@ -9,7 +9,6 @@ use crate::roles::LcSpec;
 use crate::{BenchError, Result};
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
-use xpreempt_core::Command;
 use xpreempt_cuda::Kernel;
 use xpreempt_cuda::native::{Event, Stream};
 
@@ -97,7 +96,7 @@ impl LcTarget<'_> {
             LcTarget::Queue(q) => {
                 let mut last = None;
                 for _ in 0..n {
-                    last = Some(q.submit(Command::kernel(k.clone()))?);
+                    last = Some(crate::queue::submit_kernel(q, k)?);
                     if let Some(m) = marks {
                         m.mark(What::Submitted);
                     }

@@ -7,6 +7,7 @@ use crate::control::Control;
 use crate::marks::Marks;
 use crate::queue::{AgentSpec, BenchQueue, QueueSpec};
 use crate::requests::{LcTarget, request_loop};
+use crate::timeslice::Timeslice;
 use crate::{BenchError, Env, Result, Shape};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -14,10 +15,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Instant;
 use xpreempt_core::xqueue::threaded::Preemptible;
-use xpreempt_core::{Command, HwQueue, Level, QueueId};
+use xpreempt_core::{HwQueue, Level, QueueId};
 use xpreempt_cuda::Kernel;
 use xpreempt_cuda::native::{Event, Stream};
-use xpreempt_cuda::timeslice::Timeslice;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BeSpec {
@@ -212,7 +212,7 @@ impl Feed<'_> {
         };
         let mut outstanding: VecDeque<u64> = VecDeque::new();
         while running() {
-            outstanding.push_back(q.submit(Command::kernel(self.kernel.clone()))?);
+            outstanding.push_back(crate::queue::submit_kernel(q, self.kernel)?);
             launched();
             if outstanding.len() >= self.window
                 && let Some(s) = outstanding.pop_front()

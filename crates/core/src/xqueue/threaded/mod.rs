@@ -14,7 +14,7 @@ use super::{GpuTimeSummary, QueueOpError, SubmitError, XQueue};
 use crate::sched::{QueueControl, QueueReport};
 use crate::stats::QueueStats;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use xpreempt_hal::{HalError, HwQueue};
@@ -494,23 +494,9 @@ impl<H: HwQueue> Drop for SharedXQueue<H> {
     }
 }
 
-/// Takes `m` without ever sleeping on it: a waiter that slept would cost the holder a wake-up
-/// (a system call) when it lets go, and the holder is usually the application's thread in the
-/// middle of a launch, while the other side (the watcher) can spare the wait.
-pub fn lock_quietly<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    let mut spins = 0u32;
-    loop {
-        match m.try_lock() {
-            Ok(g) => return g,
-            Err(TryLockError::Poisoned(p)) => return p.into_inner(),
-            Err(TryLockError::WouldBlock) if spins < 100 => {
-                spins += 1;
-                std::hint::spin_loop();
-            }
-            Err(TryLockError::WouldBlock) => std::thread::yield_now(),
-        }
-    }
-}
+/// The queue's lock, shared with the HAL's own (a HAL keeps its launch path and its watcher
+/// apart the same way).
+pub use xpreempt_hal::lock_quietly;
 
 impl<H: HwQueue> Inner<H> {
     fn lock(&self) -> MutexGuard<'_, XQueue<H::Payload>> {

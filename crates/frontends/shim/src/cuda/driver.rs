@@ -1,22 +1,18 @@
 //! The few libcuda calls the shim makes on its own behalf (events for completion, contexts,
-//! parameter layouts), always to the real functions.
+//! parameter layouts), always to the real functions; [`REAL`] hands them to the CUDA queue as its
+//! driver table.
 
 use super::real::Real;
-use std::ffi::c_void;
+use xpreempt_cuda::entry::{self, Driver};
+pub use xpreempt_cuda::entry::{
+    CUresult, ERROR_INVALID_VALUE, ERROR_NOT_FOUND, ERROR_NOT_READY, Handle, STREAM_NON_BLOCKING,
+    SUCCESS,
+};
 
-pub type CUresult = u32;
-pub type Handle = *mut c_void;
-
-pub const SUCCESS: CUresult = 0;
-pub const ERROR_INVALID_VALUE: CUresult = 1;
 pub const ERROR_NOT_INITIALIZED: CUresult = 3;
-pub const ERROR_NOT_FOUND: CUresult = 500;
-pub const ERROR_NOT_READY: CUresult = 600;
 /// The legacy default stream's handle, and the per-thread default stream's.
 pub const STREAM_LEGACY: usize = 0x1;
 pub const STREAM_PER_THREAD: usize = 0x2;
-pub const STREAM_NON_BLOCKING: u32 = 0x1;
-const EVENT_DISABLE_TIMING: u32 = 0x2;
 
 macro_rules! real_fn {
     ($vis:vis $name:ident: fn($($arg:ident: $ty:ty),*)) => {
@@ -109,27 +105,11 @@ pub fn cuEventSynchronize(ev: Handle) -> CUresult {
 }
 
 /// Makes `ctx` current on this thread for the guard's life, if it is not already.
-pub struct CtxGuard {
-    pushed: bool,
-}
+pub type CtxGuard = entry::CtxGuard<'static>;
 
-impl CtxGuard {
-    pub fn enter(ctx: Handle) -> Self {
-        let mut cur: Handle = std::ptr::null_mut();
-        let current = ctx.is_null() || (cuCtxGetCurrent(&mut cur) == SUCCESS && cur == ctx);
-        Self {
-            pushed: !current && cuCtxPushCurrent_v2(ctx) == SUCCESS,
-        }
-    }
-}
-
-impl Drop for CtxGuard {
-    fn drop(&mut self) {
-        if self.pushed {
-            let mut old: Handle = std::ptr::null_mut();
-            cuCtxPopCurrent_v2(&mut old);
-        }
-    }
+/// [`CtxGuard`] through the real functions.
+pub fn enter_ctx(ctx: Handle) -> CtxGuard {
+    entry::CtxGuard::enter(&REAL, ctx)
 }
 
 pub fn current_ctx() -> Handle {
@@ -141,10 +121,85 @@ pub fn current_ctx() -> Handle {
 }
 
 pub fn new_event() -> Result<Handle, CUresult> {
-    let mut ev: Handle = std::ptr::null_mut();
-    match cuEventCreate(&mut ev, EVENT_DISABLE_TIMING) {
-        SUCCESS => Ok(ev),
-        e => Err(e),
+    entry::new_event(&REAL)
+}
+
+/// libcuda's real functions as the CUDA queue's driver table: each call outside the
+/// application's fork (`fork_gate`), the event queries outside its stream captures
+/// ([`cuEventQuery`]), and what the queue works around in the shim's log.
+pub struct RealTable;
+
+/// The shim's one driver table.
+pub static REAL: RealTable = RealTable;
+
+impl Driver for RealTable {
+    fn event_create(&self, ev: &mut Handle, flags: u32) -> CUresult {
+        cuEventCreate(ev, flags)
+    }
+
+    fn event_record(&self, ev: Handle, stream: Handle) -> CUresult {
+        cuEventRecord(ev, stream)
+    }
+
+    fn event_query(&self, ev: Handle) -> CUresult {
+        cuEventQuery(ev)
+    }
+
+    fn event_destroy(&self, ev: Handle) -> CUresult {
+        cuEventDestroy_v2(ev)
+    }
+
+    fn ctx_get_current(&self, ctx: &mut Handle) -> CUresult {
+        cuCtxGetCurrent(ctx)
+    }
+
+    fn ctx_push(&self, ctx: Handle) -> CUresult {
+        cuCtxPushCurrent_v2(ctx)
+    }
+
+    fn ctx_pop(&self, ctx: &mut Handle) -> CUresult {
+        cuCtxPopCurrent_v2(ctx)
+    }
+
+    fn stream_priority_range(&self, least: &mut i32, greatest: &mut i32) -> CUresult {
+        cuCtxGetStreamPriorityRange(least, greatest)
+    }
+
+    fn stream_create(&self, stream: &mut Handle, flags: u32, priority: i32) -> CUresult {
+        cuStreamCreateWithPriority(stream, flags, priority)
+    }
+
+    fn stream_wait_event(&self, stream: Handle, ev: Handle, flags: u32) -> CUresult {
+        cuStreamWaitEvent(stream, ev, flags)
+    }
+
+    fn stream_synchronize(&self, stream: Handle) -> CUresult {
+        cuStreamSynchronize(stream)
+    }
+
+    fn stream_destroy(&self, stream: Handle) -> CUresult {
+        cuStreamDestroy_v2(stream)
+    }
+
+    fn mem_alloc(&self, ptr: &mut u64, bytes: usize) -> CUresult {
+        cuMemAlloc_v2(ptr, bytes)
+    }
+
+    fn mem_free(&self, ptr: u64) -> CUresult {
+        cuMemFree_v2(ptr)
+    }
+
+    fn memset_d32_async(&self, ptr: u64, value: u32, count: usize, stream: Handle) -> CUresult {
+        cuMemsetD32Async(ptr, value, count, stream)
+    }
+
+    fn call(&self, call: &mut dyn FnMut() -> CUresult) -> CUresult {
+        let _inside = super::fork_gate::enter();
+        call()
+    }
+
+    fn note(&self, msg: std::fmt::Arguments<'_>) {
+        shim_log!("{msg}");
     }
 }
 

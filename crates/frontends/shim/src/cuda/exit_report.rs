@@ -1,12 +1,11 @@
-//! Which of the application's calls had to wait for buffered commands, and how long launches took
-//! on which thread (reported at exit with `XPREEMPT_SHIM_LOG=1`). A call that bypasses a stream's
+//! Which of the application's calls had to wait for buffered commands (reported at exit with
+//! `XPREEMPT_SHIM_LOG=1`, beside each queue's launch times). A call that bypasses a stream's
 //! queue waits until the queue's buffer is out, so a backlogged stream loses its lead over the
 //! device at every such call: this is where a throttled queue's throughput goes.
 
 use std::cell::Cell;
 use std::panic::Location;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 thread_local! {
@@ -81,46 +80,6 @@ pub fn report() -> Vec<String> {
         .collect()
 }
 
-/// How long one queue's launches took (the shim's part and the driver's), per thread kind: the
-/// application's own submissions, and launches from the buffer by the completion watcher or a
-/// resume. Kept only while the report is on.
-#[derive(Default)]
-pub struct LaunchTimes {
-    count: [AtomicU64; 2],
-    total_ns: [AtomicU64; 2],
-    max_ns: [AtomicU64; 2],
-}
-
-impl LaunchTimes {
-    /// Starts timing a launch, if the report is on.
-    pub fn start() -> Option<Instant> {
-        crate::log::log_enabled().then(Instant::now)
-    }
-
-    pub fn done(&self, started: Instant, by_application: bool) {
-        let ns = started.elapsed().as_nanos() as u64;
-        let i = usize::from(!by_application);
-        self.count[i].fetch_add(1, Ordering::Relaxed);
-        self.total_ns[i].fetch_add(ns, Ordering::Relaxed);
-        self.max_ns[i].fetch_max(ns, Ordering::Relaxed);
-    }
-
-    /// "N by the application (mean µs, max µs), M from the buffer (…)".
-    pub fn summary(&self) -> String {
-        let part = |i: usize, who: &str| {
-            let n = self.count[i].load(Ordering::Relaxed);
-            let mean = self.total_ns[i].load(Ordering::Relaxed) as f64 / n.max(1) as f64 / 1e3;
-            let max = self.max_ns[i].load(Ordering::Relaxed) as f64 / 1e3;
-            format!("{n} {who} (mean {mean:.1} µs, max {max:.0} µs)")
-        };
-        format!(
-            "launches: {}, {}",
-            part(0, "by the application"),
-            part(1, "from the buffer")
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,21 +108,5 @@ mod tests {
                 .any(|l| l.starts_with("a call (exit_report.rs:") && l.contains("): 1 waits")),
             "{lines:?}"
         );
-    }
-
-    #[test]
-    fn launch_times_are_kept_apart_per_thread_kind() {
-        let t = LaunchTimes::default();
-        let long_ago = Instant::now() - Duration::from_micros(30);
-        t.done(long_ago, true);
-        t.done(Instant::now(), true);
-        t.done(long_ago, false);
-        let s = t.summary();
-        assert!(
-            s.starts_with("launches: 2 by the application (mean "),
-            "{s}"
-        );
-        assert!(s.contains(", 1 from the buffer (mean "), "{s}");
-        assert!(t.max_ns[1].load(Ordering::Relaxed) >= 30_000, "{s}");
     }
 }

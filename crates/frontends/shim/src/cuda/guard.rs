@@ -109,6 +109,24 @@ fn has_marker(f: Handle) -> bool {
     false
 }
 
+/// How many launches of guard-built kernels got their guard parameters filled in (Lv2).
+#[unsafe(no_mangle)]
+pub extern "C" fn xpreempt_shim_cuda_guarded() -> u64 {
+    xpreempt_cuda::queue::guarded_launches()
+}
+
+/// How many times a stopped guarded kernel was launched again after a resume.
+#[unsafe(no_mangle)]
+pub extern "C" fn xpreempt_shim_cuda_relaunched() -> u64 {
+    xpreempt_cuda::queue::relaunches()
+}
+
+/// How many suspensions set the flag before they took the stream's lock (a stop ahead).
+#[unsafe(no_mangle)]
+pub extern "C" fn xpreempt_shim_cuda_stopped_ahead() -> u64 {
+    xpreempt_cuda::queue::stops_ahead()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,6 @@
 use super::driver::{self, CUresult, Handle, SUCCESS};
 use super::ordering;
 use super::real::Real;
-use super::stream::{CuError, Deferred, GuardValues, submitting};
 use super::streams::{self, StreamQueue};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -13,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use xpreempt_core::xqueue::threaded::TrySubmitError;
 use xpreempt_core::{Command, CommandProps};
+use xpreempt_cuda::queue::{CuError, Deferred, GuardValues, submitting};
 
 /// Kernel arguments owned by a deferred launch.
 struct Args {
@@ -197,7 +197,8 @@ fn submit_kernel(
     }
     submit_deferred(
         q,
-        Deferred::guarded(units, move |values| {
+        // The call names the application's stream itself: the queue's.
+        Deferred::guarded(units, move |_, values| {
             if let Some(v) = values {
                 args.set_guard(v);
             }
@@ -258,7 +259,7 @@ fn owner_launch(q: &StreamQueue, mut d: Deferred) -> CUresult {
         BUFFERED.fetch_add(1, Ordering::Relaxed);
         q.wait_launched();
     }
-    let status = d.call(None);
+    let status = q.xq.hal().call_now(&mut d);
     q.xq.hal().owner_recorded(seq);
     status
 }
@@ -284,7 +285,7 @@ pub(super) fn observed(stream: Handle, ptsz: bool, status: CUresult) -> CUresult
         return status;
     };
     let hal = q.xq.hal();
-    let Some(o) = &hal.observer else {
+    let Some(o) = hal.observer() else {
         return status;
     };
     if q.per_thread {
@@ -295,7 +296,7 @@ pub(super) fn observed(stream: Handle, ptsz: bool, status: CUresult) -> CUresult
             .with_props(CommandProps::new(false, false, false));
         let (r, launched) = submitting(|| q.xq.submit(marker));
         match r {
-            Ok(_) if !launched && hal.lv3() => o.hold(|| q.xq.pending_len() > 0),
+            Ok(_) if !launched && hal.lv3() => hal.hold(|| q.xq.pending_len() > 0),
             Ok(_) => {}
             Err(_) => o.disarm(),
         }

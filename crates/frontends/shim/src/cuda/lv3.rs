@@ -3,12 +3,11 @@
 //! gets the shortest slice, so the GPU's scheduler switches to another process's pending work
 //! after a microsecond instead of 2 ms; restoring puts back the driver's (or the RM policy's)
 //! slice. The setting is per process, so interrupted queues are counted, by the CUDA backend's
-//! one [`Lv3Control`]; this module gives it the RM interposer's control.
+//! one [`Lv3Control`]; this module gives it the RM interposer's control, and the queues call it.
 
-use super::driver::{CUresult, ERROR_NOT_FOUND};
-use std::sync::{LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use xpreempt_cuda::CudaError;
-use xpreempt_cuda::lv3::{Lv3Control, TimesliceControl};
+use xpreempt_cuda::lv3::{Lv3Control, ProcessLv3, TimesliceControl};
 
 /// A stand-in for the RM timeslice control (test machinery registers one; see `chaos`): it
 /// takes the slice and answers as `xpreempt_shim_set_timeslice` does.
@@ -21,8 +20,13 @@ pub fn set_stand_in(set: fn(u64) -> i64) {
 
 /// Whether Lv3 can act in this process: its contexts' channel groups are its own (not an MPS
 /// server's) and were seen being created.
-pub fn available() -> bool {
+fn available() -> bool {
     STAND_IN.get().is_some() || crate::rm::xpreempt_shim_channel_groups() > 0
+}
+
+/// The process's timeslice control for a queue at Lv3, where Lv3 can act (see [`available`]).
+pub fn control() -> Option<ProcessLv3> {
+    available().then(|| CONTROL.clone())
 }
 
 /// The RM interposer's SET_TIMESLICE on every compute channel group of the process.
@@ -47,16 +51,5 @@ impl TimesliceControl for Rm {
 
 /// The process's count of interrupted queues; the last restore puts back the driver's slice
 /// (or, through the RM hooks, the policy's).
-static CONTROL: LazyLock<Lv3Control<Rm>> =
-    LazyLock::new(|| Lv3Control::new(Rm, crate::rm::DRIVER_DEFAULT_TIMESLICE_US));
-
-/// One more interrupted queue; the first lowers the process's slice. On failure nothing changed.
-pub fn interrupt() -> Result<(), CUresult> {
-    CONTROL.interrupt().map_err(|_| ERROR_NOT_FOUND)
-}
-
-/// One interrupted queue fewer; the last restores the slice. On failure the count stays, so a
-/// retry restores.
-pub fn restore() -> Result<(), CUresult> {
-    CONTROL.restore().map_err(|_| ERROR_NOT_FOUND)
-}
+static CONTROL: LazyLock<ProcessLv3> =
+    LazyLock::new(|| Arc::new(Lv3Control::new(Rm, crate::rm::DRIVER_DEFAULT_TIMESLICE_US)));

@@ -3,11 +3,12 @@
 //!
 //! - [`resolve`]: `dlsym` and `cuGetProcAddress` hand out the shim's wrappers;
 //! - [`exports`]: the wrappers, under libcuda's names;
-//! - [`launch`]: kernel and graph launches become XQueue commands ([`hal`], made of [`stream`]);
+//! - [`launch`]: kernel and graph launches become XQueue commands, deferred driver calls on the
+//!   CUDA backend's queue (`xpreempt_cuda::CudaQueue`, driven through [`driver::REAL`]);
 //! - [`streams`]: a stream's queue; [`ordering`]: what every other call waits for, and on
 //!   whose behalf;
-//! - [`observe`]: pass-through mode, where queues only observe; [`lv2`]: guard-built kernels
-//!   stopped by a flag and relaunched ([`guard`] recognizes them); [`lv3`]: the process's timeslice;
+//! - [`guard`] recognizes guard-built kernels (which the queue stops at Lv2); [`lv3`]: the
+//!   process's timeslice control, which the queues call at Lv3;
 //! - [`priority`]: the stream priority of the process's work;
 //! - [`settings`]: what `xpreempt run` asks for;
 //! - `chaos` (the `chaos` feature, tests only): random suspensions and a stand-in timeslice.
@@ -20,15 +21,11 @@ mod exit_report;
 mod exports;
 pub(crate) mod fork_gate;
 mod guard;
-pub mod hal;
 mod launch;
-mod lv2;
 mod lv3;
-mod observe;
 mod ordering;
 mod priority;
 pub mod real;
 mod resolve;
 pub mod settings;
-pub mod stream;
 pub mod streams;

@@ -88,7 +88,7 @@ fn order_after_others(stream: Handle, ptsz: bool, own: Option<&StreamQueue>) {
 /// Before a synchronize of `stream`: what `before_direct` does, except that the stream's own
 /// queue keeps its guarded kernels stoppable (a synchronize adds no work behind them). Returns
 /// that queue and its Lv2 generation: if a stop came while the driver waited, the synchronize
-/// returned early and must be made again (`StreamHal::stopped_since`).
+/// returned early and must be made again (`CudaQueue::stopped_since`).
 pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)> {
     if !active() {
         return None;
@@ -101,7 +101,7 @@ pub fn before_sync(stream: Handle, ptsz: bool) -> Option<(Arc<StreamQueue>, u64)
             if let Some(generation) = q.xq.hal().admit_sync() {
                 break generation;
             }
-            std::thread::sleep(super::stream::poll_nap());
+            std::thread::sleep(super::settings::poll_nap());
         };
         super::exit_report::done(started, std::panic::Location::caller());
         generation

@@ -32,6 +32,11 @@ const LOW_GPU_WINDOW_US: u64 = 2_000;
 /// How long the completion watcher naps between looks at a sync event it waits for.
 pub const POLL_US: u64 = 20;
 
+/// [`POLL_US`]: also how long a call that waits for stopped kernels naps between looks.
+pub fn poll_nap() -> std::time::Duration {
+    std::time::Duration::from_micros(POLL_US)
+}
+
 impl Settings {
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> Self {
         let flag = |k: &str| get(k).is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));

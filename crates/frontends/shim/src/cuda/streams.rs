@@ -4,11 +4,8 @@
 //! operation goes straight to the driver once the commands it must follow have been launched
 //! (`ordering`), so the application never observes the buffering.
 
-use super::driver::{
-    self, CtxGuard, Handle, STREAM_LEGACY, STREAM_NON_BLOCKING, STREAM_PER_THREAD, SUCCESS,
-};
-use super::settings::{Settings, settings};
-use super::stream::StreamHal;
+use super::driver::{self, Handle, STREAM_LEGACY, STREAM_NON_BLOCKING, STREAM_PER_THREAD, SUCCESS};
+use super::settings::{Settings, poll_nap, settings};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -16,9 +13,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use xpreempt_agent::{Agent, Declaration, Options};
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
 use xpreempt_core::{Hints, Level, Priority, QueueConfig};
+use xpreempt_cuda::{CudaQueue, CudaQueueConfig};
 
 pub struct StreamQueue {
-    pub xq: Arc<SharedXQueue<StreamHal>>,
+    pub xq: Arc<SharedXQueue<CudaQueue>>,
     pub ctx: usize,
     pub legacy: bool,
     pub non_blocking: bool,
@@ -71,7 +69,7 @@ impl StreamQueue {
         if !self.xq.hal().admit_direct() {
             let _lent = waiter.map(|p| self.xq.lend(p));
             loop {
-                std::thread::sleep(super::stream::poll_nap());
+                std::thread::sleep(poll_nap());
                 self.xq.wait_launched();
                 if self.xq.hal().admit_direct() {
                     break;
@@ -106,9 +104,13 @@ fn log_queue(q: &StreamQueue) {
         st.buffered_launches,
         st.ran_dry,
         st.preemptions,
-        q.xq.hal().launch_times.summary()
+        q.xq.hal().launch_times().summary()
     );
 }
+
+/// Most completion slots of one queue (a launch that finds its slot still held by a kernel in
+/// flight runs unstoppable).
+const MAX_SLOTS: u32 = 64;
 
 /// Key: (0, stream) for a created stream, (ctx, STREAM_LEGACY) for a context's legacy stream,
 /// (ctx, !thread id) for a thread's per-thread default stream in that context.
@@ -357,7 +359,7 @@ fn make(stream: Handle, kind: Kind, ctx: usize) -> Option<Arc<StreamQueue>> {
     }
     let mut device = 0i32;
     {
-        let _g = CtxGuard::enter(ctx);
+        let _g = driver::enter_ctx(ctx);
         driver::cuCtxGetDevice(&mut device);
     }
     let hal_stream = match kind {
@@ -365,12 +367,12 @@ fn make(stream: Handle, kind: Kind, ctx: usize) -> Option<Arc<StreamQueue>> {
         Kind::PerThread => STREAM_PER_THREAD as Handle,
         Kind::Created => stream,
     };
-    let lv3 = s.level == Level::Lv3 && super::lv3::available();
+    let lv3 = (s.level == Level::Lv3).then(super::lv3::control).flatten();
     let (threshold, batch) = s.window();
     let config = match QueueConfig::new(threshold, batch, s.level) {
         // Lv3 interrupts what is in flight; bounding it by time only cost both sides there
         // (docs/results/h200-gpu-window.md).
-        Ok(c) => match s.gpu_window_ns().filter(|_| !lv3) {
+        Ok(c) => match s.gpu_window_ns().filter(|_| lv3.is_none()) {
             Some(ns) => c.with_gpu_window(ns),
             None => c,
         },
@@ -386,19 +388,27 @@ fn make(stream: Handle, kind: Kind, ctx: usize) -> Option<Arc<StreamQueue>> {
         interleave: None,
         level: s.level,
     };
-    let lv2 = s.level >= Level::Lv2;
-    if s.pass_through && !lv3 {
+    if s.pass_through && lv3.is_none() {
         say_once_pass_through_cannot_preempt(s.level);
     }
     let per_thread = kind == Kind::PerThread;
-    let hal = StreamHal::new(
+    let hal = CudaQueue::new(
+        &driver::REAL,
         ctx,
         hal_stream,
-        lv3,
-        lv2,
-        s.pass_through,
-        per_thread,
-        threshold,
+        CudaQueueConfig {
+            level: s.level,
+            lv3,
+            observe: s.pass_through,
+            owner_only: per_thread,
+            // A slot per command in flight, and one more; each for a grid of up to 64Ki blocks
+            // (a larger one runs unstoppable).
+            slots: threshold.saturating_add(1).min(MAX_SLOTS),
+            max_units: 1 << 16,
+            sticky_errors: true,
+            poll: poll_nap(),
+            time_launches: crate::log::log_enabled(),
+        },
     );
     match agent.queue(decl, config, hal) {
         Ok(xq) => Some(Arc::new(StreamQueue {

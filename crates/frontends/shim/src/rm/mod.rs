@@ -409,7 +409,7 @@ pub fn set_timeslice(g: ChannelGroup, us: u64) -> i64 {
 }
 
 /// What libcuda sets by itself (measured), which the Lv3 control restores after an interrupt.
-pub const DRIVER_DEFAULT_TIMESLICE_US: u64 = 2048;
+pub const DRIVER_DEFAULT_TIMESLICE_US: u64 = xpreempt_cuda::lv3::DEFAULT_TIMESLICE_US;
 
 /// A kernel launch of this process, for the RM hooks' `work_submit` (`kind`: the eBPF header's
 /// `XP_OP_*`). Without the RM hooks, or with the daemon (which counts the agent's submissions),

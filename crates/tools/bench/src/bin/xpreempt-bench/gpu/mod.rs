@@ -196,7 +196,7 @@ fn info(out: &Output, device: i32) -> Result<()> {
         stream_priorities: e.device.stream_priority_range()?,
         iters_per_us_full: e.iters_per_us_full,
         iters_per_us_light: e.iters_per_us_light,
-        lv3: match xpreempt_cuda::timeslice::Timeslice::probe() {
+        lv3: match xpreempt_bench::timeslice::Timeslice::probe() {
             Ok(t) => format!("available ({} channel groups)", t.channel_groups()),
             Err(err) => format!("unavailable: {err}"),
         },

@@ -15,11 +15,19 @@
 //! resume, but the launch it stands for is already on the GPU: at Lv3 the process is then
 //! interrupted at once ("held") and restored when the marker leaves the buffer.
 
-use super::driver::{self, CtxGuard, SUCCESS};
-use super::stream::{Observer, StreamHal, backend, poll_nap};
-use std::sync::atomic::Ordering;
+use super::{CudaQueue, backend};
+use crate::entry::{self, Handle, SUCCESS};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use xpreempt_hal::HalError;
 use xpreempt_types::Seq;
+
+/// A pass-through queue's view of its stream's real launches.
+#[derive(Default)]
+pub struct Observer {
+    real_launches: AtomicU64,
+    armed: AtomicBool,
+    held: AtomicBool,
+}
 
 impl Observer {
     /// The application's launch went to the driver: whether the queue must hear of it now.
@@ -33,32 +41,8 @@ impl Observer {
         self.armed.store(false, Ordering::SeqCst);
     }
 
-    /// The marker waits in the pending buffer (the queue is suspended) while its launch runs:
-    /// interrupt the process until the marker leaves the buffer. `still_pending` is asked after
-    /// the interrupt, so a resume that raced with it restores at once.
-    pub fn hold(&self, still_pending: impl Fn() -> bool) {
-        if self.held.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        if super::lv3::interrupt().is_err() {
-            self.held.store(false, Ordering::SeqCst);
-            return;
-        }
-        if !still_pending() {
-            self.release_hold();
-        }
-    }
-
-    /// The marker left the pending buffer (or the queue is going away): the process is
-    /// restored if a held marker interrupted it.
-    pub fn release_hold(&self) {
-        if self.held.swap(false, Ordering::SeqCst) {
-            let _ = super::lv3::restore();
-        }
-    }
-
     /// Waits until marker `upto - 1` has completed: everything launched on the stream so far.
-    pub fn synchronize(&self, hal: &StreamHal, upto: Seq) -> Result<(), HalError> {
+    pub(crate) fn synchronize(&self, hal: &CudaQueue, upto: Seq) -> Result<(), HalError> {
         loop {
             {
                 let g = hal.lock();
@@ -89,10 +73,10 @@ impl Observer {
 
     /// Naps until the stream goes a while without launches: an event recorded between them
     /// would contend with them in the driver.
-    fn until_launches_rest(&self, hal: &StreamHal) {
+    fn until_launches_rest(&self, hal: &CudaQueue) {
         let mut seen = self.real_launches.load(Ordering::SeqCst);
         while !hal.is_gone() {
-            std::thread::sleep(poll_nap());
+            hal.nap();
             let now = self.real_launches.load(Ordering::SeqCst);
             if now == seen {
                 return;
@@ -102,9 +86,9 @@ impl Observer {
     }
 
     /// Records an event after the stream's latest work and waits for it. A per-thread stream's
-    /// own thread records it behind each of its calls (`StreamHal::owner_marked`): this thread
+    /// own thread records it behind each of its calls (`CudaQueue::owner_marked`): this thread
     /// would record on a stream of its own.
-    fn wait_for_stream(&self, hal: &StreamHal) -> Result<(), HalError> {
+    fn wait_for_stream(&self, hal: &CudaQueue) -> Result<(), HalError> {
         let ev = {
             let mut g = hal.lock();
             if g.retired {
@@ -117,24 +101,24 @@ impl Observer {
                 };
                 hal.begin_poll();
                 drop(g);
-                let _ctx = CtxGuard::enter(hal.ctx);
-                let r = poll(hal, ev as driver::Handle);
+                let _ctx = hal.enter();
+                let r = poll(hal, ev as Handle);
                 hal.end_poll();
                 return r;
             }
-            let _ctx = CtxGuard::enter(hal.ctx);
+            let _ctx = hal.enter();
             let ev = match g.free.pop() {
                 Some(ev) => ev,
-                None => driver::new_event().map_err(|e| backend("cuEventCreate", e))?,
+                None => entry::new_event(hal.drv).map_err(|e| backend("cuEventCreate", e))?,
             };
-            match driver::cuEventRecord(ev, hal.stream) {
+            match hal.drv.event_record(ev, hal.stream) {
                 SUCCESS => {}
                 e => {
                     g.free.push(ev);
                     return Err(backend("cuEventRecord", e));
                 }
             }
-            // Counted under the lock, as in `StreamHal::synchronize`: `retire` waits for it.
+            // Counted under the lock, as in `CudaQueue::synchronize`: `retire` waits for it.
             hal.begin_poll();
             ev
         };
@@ -150,14 +134,45 @@ impl Observer {
     }
 }
 
+impl CudaQueue {
+    /// The marker waits in the pending buffer (the queue is suspended) while its launch runs:
+    /// interrupt the process until the marker leaves the buffer. `still_pending` is asked after
+    /// the interrupt, so a resume that raced with it restores at once.
+    pub fn hold(&self, still_pending: impl Fn() -> bool) {
+        let (Some(o), Some(lv3)) = (&self.observer, &self.lv3) else {
+            return;
+        };
+        if o.held.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if lv3.interrupt().is_err() {
+            o.held.store(false, Ordering::SeqCst);
+            return;
+        }
+        if !still_pending() {
+            self.release_hold();
+        }
+    }
+
+    /// The marker left the pending buffer (or the queue is going away): the process is
+    /// restored if a held marker interrupted it.
+    pub fn release_hold(&self) {
+        if let Some(o) = &self.observer
+            && o.held.swap(false, Ordering::SeqCst)
+        {
+            self.restore_timeslice();
+        }
+    }
+}
+
 /// Waits until `ev` has completed (or the queue is gone).
-fn poll(hal: &StreamHal, ev: driver::Handle) -> Result<(), HalError> {
+fn poll(hal: &CudaQueue, ev: Handle) -> Result<(), HalError> {
     loop {
         if hal.is_gone() {
             return Ok(());
         }
-        match driver::cuEventQuery(ev) {
-            driver::ERROR_NOT_READY => std::thread::sleep(poll_nap()),
+        match hal.drv.event_query(ev) {
+            entry::ERROR_NOT_READY => hal.nap(),
             SUCCESS => return Ok(()),
             e => return Err(backend("cuEventQuery", e)),
         }

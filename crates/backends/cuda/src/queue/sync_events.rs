@@ -1,12 +1,12 @@
-//! The sync events of a queue whose hardware completes in order, shared by the CUDA backend's
-//! `CudaQueue` and the shim's per-stream HAL: once a wait saw the event of watermark `mark`
-//! fire, every event recorded before it has fired too and goes back to the pool unqueried.
+//! The sync events of a queue whose stream completes in order: once a wait saw the event of
+//! watermark `mark` fire, every event recorded before it has fired too and goes back to the pool
+//! unqueried.
 
 use std::collections::VecDeque;
 use xpreempt_types::Seq;
 
 /// Moves the events of every watermark up to `mark` from `sync` (oldest first) into `free`.
-pub fn retire_reached<E>(sync: &mut VecDeque<(Seq, E)>, free: &mut Vec<E>, mark: Seq) {
+pub(crate) fn retire_reached<E>(sync: &mut VecDeque<(Seq, E)>, free: &mut Vec<E>, mark: Seq) {
     while let Some(&(m, _)) = sync.front()
         && m <= mark
     {

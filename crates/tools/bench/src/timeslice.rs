@@ -1,16 +1,16 @@
-//! Lv3 on NVIDIA: this process's compute channel group (TSG) timeslice, set through the
-//! `xpreempt-shim` ioctl interposer (LD_PRELOAD), which captured libcuda's RM client and TSG
-//! handles. Off unless the shim is loaded and the driver is a tested version; every failure is a
-//! clear error and the queue falls back to Lv2/Lv1.
+//! Lv3 for the benchmarks: this process's compute channel group (TSG) timeslice, set through
+//! the RM interposer of a preloaded `libxpreempt_shim.so` (LD_PRELOAD), which captured libcuda's
+//! RM client and TSG handles. The benchmark is a program of its own, not the shim: it reaches the
+//! preloaded copy through the shim's C exports, and hands the queues the result as the CUDA
+//! backend's [`TimesliceControl`]. Off unless the shim is loaded and the driver is a tested
+//! version; every failure is a clear error and the queue falls back to Lv2/Lv1.
 
-use crate::error::{CudaError, Result};
-use crate::nvidia::{DriverError, check_loaded_driver};
 use std::ffi::{CStr, c_void};
+use std::sync::{Arc, Mutex};
 use thiserror::Error;
-/// What libcuda sets by itself (measured), restored after an interrupt.
-pub const DEFAULT_TIMESLICE_US: u64 = 2048;
-/// The smallest timeslice we ask for while interrupted.
-pub const MIN_TIMESLICE_US: u64 = 1;
+use xpreempt_cuda::error::{CudaError, Result};
+use xpreempt_cuda::lv3::{DEFAULT_TIMESLICE_US, Lv3Control, ProcessLv3, TimesliceControl};
+use xpreempt_cuda::nvidia::{DriverError, check_loaded_driver};
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum Lv3Unavailable {
@@ -104,6 +104,28 @@ impl Timeslice {
     pub fn restore(&self) -> Result<()> {
         self.set_us(self.normal_us)
     }
+}
+
+impl TimesliceControl for Timeslice {
+    fn set_us(&self, us: u64) -> Result<()> {
+        Timeslice::set_us(self, us)
+    }
+}
+
+static SHARED: Mutex<Option<ProcessLv3>> = Mutex::new(None);
+
+/// This process's Lv3 control, probed at the first call that finds the shim and a channel group
+/// (a failed probe is not cached: a later queue, once a context exists, may succeed).
+pub fn shared() -> std::result::Result<ProcessLv3, Lv3Unavailable> {
+    let mut g = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = g.as_ref() {
+        return Ok(c.clone());
+    }
+    let ts = Timeslice::probe()?;
+    let normal = ts.normal_us;
+    let c: ProcessLv3 = Arc::new(Lv3Control::new(ts, normal));
+    *g = Some(c.clone());
+    Ok(c)
 }
 
 #[cfg(test)]

@@ -1,22 +1,22 @@
-//! The HAL under an intercepted stream (`stream.rs` holds what it is made of): Lv1 launches
-//! deferred driver calls and watches sync events; Lv2 (guard-built kernels stopped by a flag and
-//! relaunched) is `lv2.rs`; pass-through's markers `observe.rs`; Lv3 (the process's timeslice)
-//! `lv3.rs`, which adds to Lv2.
+//! The HAL over a queue's stream (`mod.rs` holds what it is made of): Lv1 launches deferred
+//! driver calls and watches sync events; Lv2 (guard-built kernels stopped by a flag and
+//! relaunched) is `lv2.rs`; pass-through's markers `observe.rs`; Lv3 (the process's timeslice,
+//! `crate::lv3`) adds to Lv2.
 
-use super::driver::{self, CtxGuard, Handle, SUCCESS};
-use super::stream::{
-    CuError, Deferred, Lv2State, Observer, State, StreamHal, backend, is_submitting, note_launched,
-    poll_nap,
+use super::{
+    CuError, CudaQueue, CudaQueueConfig, Deferred, LaunchTimes, Lv2State, Observer, State, backend,
+    is_submitting, note, note_launched,
 };
+use crate::entry::{self, Driver, Handle, SUCCESS};
+use crate::stop_gate::StopGate;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
-use xpreempt_cuda::stop_gate::StopGate;
 use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, Launched, Level, Op, Seq};
 
-/// The queue's completion watcher naps for `poll_nap()` (and for the core's quiet period) between
+/// The queue's completion watcher naps for its poll time (and for the core's quiet period) between
 /// looks; Linux's default timer slack (50 µs) would stretch every nap to about 70 µs and so
 /// delay each Idle. Set once per watcher thread (they are named `xpreempt-…`; the
 /// application's own threads keep their slack).
@@ -36,36 +36,39 @@ fn precise_naps() {
     }
 }
 
-impl StreamHal {
-    /// `lv3`: interrupt by the process's timeslice; `lv2`: stop guard-built kernels (also under
-    /// `lv3`: an interrupt stops them first); `observe`: pass-through (markers only, nothing to
-    /// stop but the process); `owner_only`: a per-thread default stream (no Lv2: a stopped
-    /// kernel could be relaunched only by its own thread); `threshold`: the queue's window.
+impl CudaQueue {
+    /// A queue on `stream` of context `ctx` (the caller's: the queue neither makes nor destroys
+    /// it), calling the driver through `drv`. At Lv3 (with the process's control in `cfg.lv3`) an
+    /// interrupt stops guard-built kernels as at Lv2 and lowers the process's timeslice.
     pub fn new(
+        drv: &'static dyn Driver,
         ctx: Handle,
         stream: Handle,
-        lv3: bool,
-        lv2: bool,
-        observe: bool,
-        owner_only: bool,
-        threshold: u32,
+        cfg: CudaQueueConfig,
     ) -> Self {
+        let observe = cfg.observe;
+        let owner_only = cfg.owner_only;
         Self {
+            drv,
             ctx,
             stream,
-            lv3,
+            lv3: cfg.lv3.filter(|_| cfg.level >= Level::Lv3),
             interrupted: AtomicBool::new(false),
-            lv2: lv2 && !observe && !owner_only,
+            lv2: cfg.level >= Level::Lv2 && !observe && !owner_only,
             lv2_busy: AtomicBool::new(false),
             gate: StopGate::new(),
             ahead_target: OnceLock::new(),
             gone: AtomicBool::new(false),
             launcher_cpu: AtomicI32::new(-1),
             pollers: AtomicU32::new(0),
-            launch_times: Default::default(),
+            launch_times: LaunchTimes::default(),
             observer: observe.then(Observer::default),
             owner_only,
             owner_mark: Mutex::new(None),
+            sticky_errors: cfg.sticky_errors,
+            poll: cfg.poll,
+            time_launches: cfg.time_launches,
+            owned: None,
             state: Mutex::new(State {
                 sync: VecDeque::new(),
                 free: Vec::new(),
@@ -73,7 +76,7 @@ impl StreamHal {
                 launched: 0,
                 sticky: SUCCESS,
                 retired: false,
-                lv2: Lv2State::new(threshold),
+                lv2: Lv2State::new(cfg.slots, cfg.max_units),
             }),
         }
     }
@@ -106,19 +109,17 @@ impl StreamHal {
         }
         self.gone.store(true, Ordering::SeqCst);
         while self.pollers.load(Ordering::SeqCst) > 0 {
-            std::thread::sleep(poll_nap());
+            self.nap();
         }
         if !destroy_events {
             return;
         }
         let mut g = self.lock();
         if self.interrupted.swap(false, Ordering::SeqCst) {
-            let _ = super::lv3::restore();
+            self.restore_timeslice();
         }
-        if let Some(o) = &self.observer {
-            o.release_hold();
-        }
-        let _ctx = CtxGuard::enter(self.ctx);
+        self.release_hold();
+        let _ctx = self.enter();
         self.lv2_release(&mut g);
         if let Some(ev) = self
             .owner_mark
@@ -126,13 +127,13 @@ impl StreamHal {
             .unwrap_or_else(|p| p.into_inner())
             .take()
         {
-            driver::cuEventDestroy_v2(ev as Handle);
+            self.drv.event_destroy(ev as Handle);
         }
         for (_, ev) in std::mem::take(&mut g.sync) {
-            driver::cuEventDestroy_v2(ev);
+            self.drv.event_destroy(ev);
         }
         for ev in std::mem::take(&mut g.free) {
-            driver::cuEventDestroy_v2(ev);
+            self.drv.event_destroy(ev);
         }
     }
 
@@ -144,7 +145,7 @@ impl StreamHal {
             return;
         }
         g.completed = g.completed.max(m);
-        xpreempt_hal::sync_events::retire_reached(&mut g.sync, &mut g.free, m);
+        super::sync_events::retire_reached(&mut g.sync, &mut g.free, m);
     }
 
     /// `HwQueue::launch`, timed by it for the exit report.
@@ -154,12 +155,12 @@ impl StreamHal {
         command: &mut Command<Deferred>,
         sync_point: bool,
     ) -> Result<(), HalError> {
-        let _ctx = CtxGuard::enter(self.ctx);
+        let _ctx = self.enter();
         let mut g = self.lock();
         let Op::Kernel(d) = &mut command.op else {
             return Err(HalError::Refused {
                 op: "launch",
-                source: std::sync::Arc::new(CuError(driver::ERROR_INVALID_VALUE)),
+                source: std::sync::Arc::new(CuError(entry::ERROR_INVALID_VALUE)),
             });
         };
         let values = d.guarded.then(|| self.guard_values(&mut g, d));
@@ -167,12 +168,16 @@ impl StreamHal {
             // Held back behind a stop ahead: nothing reached the driver.
             return Err(HalError::Stopping("launch"));
         }
-        let status = d.call(values.as_ref());
+        let status = d.call(self, values.as_ref());
         if status != SUCCESS {
             // Not on the stream: nothing to stop or relaunch (a retry takes a slot afresh).
             d.slot = None;
             if self.lv2 {
                 self.note_busy(&g);
+            }
+            if !self.sticky_errors {
+                // The call stays, for a retry.
+                return Err(backend("launch", status));
             }
         }
         if d.slot.is_none() {
@@ -180,7 +185,7 @@ impl StreamHal {
             d.call = None;
         }
         if is_submitting() {
-            xpreempt_cuda::placement::note_launcher(&self.launcher_cpu);
+            crate::placement::note_launcher(&self.launcher_cpu);
             note_launched();
         }
         if status != SUCCESS {
@@ -199,10 +204,10 @@ impl StreamHal {
             g.lv2.flight.push(seq, slot);
             self.note_busy(&g);
         }
-        if let Some(o) = &self.observer {
+        if self.observer.is_some() {
             // A marker: its completion is proven by `synchronize`, which records after the
             // stream's latest work.
-            o.release_hold();
+            self.release_hold();
             return Ok(());
         }
         if sync_point
@@ -210,17 +215,17 @@ impl StreamHal {
             && let Err(e) = self.record(&mut g, seq + 1)
         {
             // The command is on the stream: a later record_sync covers its completion.
-            shim_log!("sync point after a launch: {e}");
+            note!(self, "sync point after a launch: {e}");
         }
         Ok(())
     }
 }
 
-impl HwQueue for StreamHal {
+impl HwQueue for CudaQueue {
     type Payload = Deferred;
 
     fn max_level(&self) -> Level {
-        if self.lv3 {
+        if self.lv3.is_some() {
             Level::Lv3
         } else if self.lv2 {
             Level::Lv2
@@ -255,25 +260,31 @@ impl HwQueue for StreamHal {
     /// process's timeslice takes the GPU from whatever else it runs. Either stop alone is a stop
     /// (`restore` undoes whichever was made); only when both fail does the suspension drain.
     fn interrupt(&self) -> Result<(), HalError> {
-        if !self.lv3 {
+        let Some(lv3) = &self.lv3 else {
             return Err(self.unsupported("interrupt", Level::Lv3));
-        }
+        };
         let flagged = match self.lv2.then(|| self.lv2_deactivate()) {
             None => false,
             Some(Ok(())) => true,
             Some(Err(e)) => {
-                shim_log!("interrupt: the Lv2 stop failed ({e}); the timeslice alone stops");
+                note!(
+                    self,
+                    "interrupt: the Lv2 stop failed ({e}); the timeslice alone stops"
+                );
                 false
             }
         };
         if !self.interrupted.swap(true, Ordering::SeqCst)
-            && let Err(e) = super::lv3::interrupt()
+            && let Err(e) = lv3.interrupt()
         {
             self.interrupted.store(false, Ordering::SeqCst);
             if !flagged {
-                return Err(backend("interrupt", e));
+                return Err(e.into_hal("interrupt"));
             }
-            shim_log!("interrupt: the timeslice could not be lowered; the Lv2 stop alone holds");
+            note!(
+                self,
+                "interrupt: the timeslice could not be lowered; the Lv2 stop alone holds"
+            );
         }
         Ok(())
     }
@@ -282,10 +293,11 @@ impl HwQueue for StreamHal {
         // The timeslice only slowed the work down; guard-built kernels stopped by the flag are
         // relaunched as at Lv2.
         if self.interrupted.swap(false, Ordering::SeqCst)
-            && let Err(e) = super::lv3::restore()
+            && let Some(lv3) = &self.lv3
+            && let Err(e) = lv3.restore()
         {
             self.interrupted.store(true, Ordering::SeqCst);
-            return Err(backend("restore", e));
+            return Err(e.into_hal("restore"));
         }
         if self.lv2 {
             self.lv2_reactivate(log)?;
@@ -299,7 +311,7 @@ impl HwQueue for StreamHal {
         command: &mut Command<Deferred>,
         sync_point: bool,
     ) -> Result<(), HalError> {
-        let started = super::exit_report::LaunchTimes::start();
+        let started = self.time_launches.then(std::time::Instant::now);
         let r = self.launch_timed(seq, command, sync_point);
         if let Some(t0) = started {
             self.launch_times.done(t0, is_submitting());
@@ -318,7 +330,7 @@ impl HwQueue for StreamHal {
         if g.retired || g.completed >= tail || g.sync.back().is_some_and(|&(m, _)| m >= tail) {
             return Ok(());
         }
-        let _ctx = CtxGuard::enter(self.ctx);
+        let _ctx = self.enter();
         self.record(&mut g, tail).map(|_| ())
     }
 
@@ -329,8 +341,8 @@ impl HwQueue for StreamHal {
         if g.retired { g.launched } else { g.completed }
     }
 
-    /// On the application's thread (`XPREEMPT_FEED_ON_SUBMIT`): the sync events that
-    /// have passed, oldest first, one query each until the first that has not.
+    /// The sync events that have passed, oldest first, one query each until the first that has
+    /// not.
     fn take_in_completions(&self) {
         if self.observer.is_some() {
             return;
@@ -339,10 +351,10 @@ impl HwQueue for StreamHal {
         if g.retired || self.lv2_frozen(&g) {
             return;
         }
-        let _ctx = CtxGuard::enter(self.ctx);
+        let _ctx = self.enter();
         let generation = g.lv2.generation;
         while let Some(&(m, ev)) = g.sync.iter().find(|&&(m, _)| m > g.completed) {
-            if driver::cuEventQuery(ev) != SUCCESS {
+            if self.drv.event_query(ev) != SUCCESS {
                 break;
             }
             self.reached(&mut g, m, generation);
@@ -354,7 +366,7 @@ impl HwQueue for StreamHal {
 
     fn synchronize(&self, upto: Seq) -> Result<(), HalError> {
         precise_naps();
-        xpreempt_cuda::placement::step_aside(&self.launcher_cpu);
+        crate::placement::step_aside(&self.launcher_cpu);
         if let Some(o) = &self.observer {
             return o.synchronize(self, upto);
         }
@@ -362,7 +374,7 @@ impl HwQueue for StreamHal {
         // entered under the lock, so `retire` cannot slip in between.)
         let _ctx = {
             let g = self.lock();
-            (!g.retired).then(|| CtxGuard::enter(self.ctx))
+            (!g.retired).then(|| self.enter())
         };
         loop {
             let (m, ev, generation) = {
@@ -385,7 +397,7 @@ impl HwQueue for StreamHal {
                         // The stream's own thread records behind its call, just after the
                         // marker let it go.
                         drop(g);
-                        std::thread::sleep(poll_nap());
+                        self.nap();
                         continue;
                     }
                     None => {
@@ -404,8 +416,8 @@ impl HwQueue for StreamHal {
                 if self.gone.load(Ordering::SeqCst) {
                     break SUCCESS;
                 }
-                match driver::cuEventQuery(ev) {
-                    driver::ERROR_NOT_READY => std::thread::sleep(poll_nap()),
+                match self.drv.event_query(ev) {
+                    entry::ERROR_NOT_READY => self.nap(),
                     r => break r,
                 }
             };
@@ -420,14 +432,17 @@ impl HwQueue for StreamHal {
     }
 }
 
-impl Drop for StreamHal {
+impl Drop for CudaQueue {
     fn drop(&mut self) {
+        if self.owned.is_some() {
+            // A stream of its own: its work ends, then everything goes (`owned.rs`).
+            self.release_owned();
+            return;
+        }
         if *self.interrupted.get_mut() {
-            let _ = super::lv3::restore();
+            self.restore_timeslice();
         }
-        if let Some(o) = &self.observer {
-            o.release_hold();
-        }
+        self.release_hold();
         if *self.gone.get_mut() {
             // Retired: its events were destroyed then, or left to the process's end.
             return;
@@ -443,15 +458,28 @@ impl Drop for StreamHal {
         }
         // Destroyed without waiting (the driver frees an event once its record completes): a
         // wait here could fall inside another thread's stream capture and invalidate it.
-        let _ctx = CtxGuard::enter(self.ctx);
+        let drv = self.drv;
+        let _ctx = entry::CtxGuard::enter(drv, self.ctx);
         for &(_, ev) in &g.sync {
-            driver::cuEventDestroy_v2(ev);
+            drv.event_destroy(ev);
         }
         for &ev in &g.free {
-            driver::cuEventDestroy_v2(ev);
+            drv.event_destroy(ev);
         }
         if let Some(ev) = mark {
-            driver::cuEventDestroy_v2(ev as Handle);
+            drv.event_destroy(ev as Handle);
+        }
+    }
+}
+
+impl CudaQueue {
+    /// Gives back this queue's count of the process's interrupted timeslice (retiring or
+    /// dropped while interrupted, or while a held marker interrupted it).
+    pub(crate) fn restore_timeslice(&self) {
+        if let Some(lv3) = &self.lv3
+            && let Err(e) = lv3.restore()
+        {
+            note!(self, "restoring the process's timeslice: {e}");
         }
     }
 }
