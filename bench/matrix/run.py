@@ -44,6 +44,8 @@ def parse_args(argv=None):
     p.add_argument("--from-runs", action="store_true", help="run nothing: rebuild the summary from --out/runs")
     p.add_argument("--deadline-s", type=float, help="start no run after this many seconds (the summary is still written)")
     p.add_argument("--xpreempt-bin", default=os.environ.get("XPREEMPT_BIN", os.path.join(ROOT, "target", "release", "xpreempt")))
+    p.add_argument("--xpreempt-bin-base", default=os.environ.get("XPREEMPT_BIN_BASE"),
+                   help="another build of xpreempt, for the modes named <mode>@base (an A/B of two builds)")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--startup-timeout", type=float, default=180.0, help="s for every job of a run to warm up")
     p.add_argument("--stop-timeout", type=float, default=30.0, help="s between SIGTERM and SIGKILL")
@@ -57,7 +59,14 @@ def parse_args(argv=None):
         bad = [m for m in a.modes.split(",") if m not in MODES]
         if bad:
             p.error(f"--modes: unknown {', '.join(bad)} (known: {', '.join(MODES)})")
+        if not a.xpreempt_bin_base and any(MODES[m].get("base_bin") for m in a.modes.split(",")):
+            p.error("--modes: the @base modes need --xpreempt-bin-base (or $XPREEMPT_BIN_BASE)")
     return a
+
+
+def xp_bin(args, mode):
+    """The xpreempt binary a mode runs: the base build for `<mode>@base`."""
+    return args.xpreempt_bin_base if MODES[mode].get("base_bin") else args.xpreempt_bin
 
 
 def compile_cuda(out):
@@ -225,12 +234,12 @@ def main(argv=None):
             if key != env_key:
                 if env is not None:
                     env.stop()
-                env, env_key = Env(run["mode"], ipc, dirs["logs"], args.xpreempt_bin, f"r{run['round']}-{run['mode']}"), key
+                env, env_key = Env(run["mode"], ipc, dirs["logs"], xp_bin(args, run["mode"]), f"r{run['round']}-{run['mode']}"), key
                 try:
                     env.start()
                 except (EnvError, OSError, subprocess.SubprocessError) as e:
                     env.stop()
-                    env = Env(run["mode"], ipc, dirs["logs"], args.xpreempt_bin, f"r{run['round']}-{run['mode']}")
+                    env = Env(run["mode"], ipc, dirs["logs"], xp_bin(args, run["mode"]), f"r{run['round']}-{run['mode']}")
                     env.broken = str(e)
                     log(f"mode {run['mode']} round {run['round']}: {e}")
             if getattr(env, "broken", None):

@@ -63,6 +63,12 @@ MODES = {
     "xp_count": {"xp": "plain", "be_env": {"XPREEMPT_GPU_WINDOW_US": "0"}, "variant_of": "xp"},
     "xp_mps_count": {"xp": "mps", "be_env": {"XPREEMPT_GPU_WINDOW_US": "0"}, "variant_of": "xp_mps"},
 }
+# Every xpreempt mode again as `<mode>@base`, run with the binary of `--xpreempt-bin-base`: an A/B
+# of two builds of xpreempt in one run, their rounds interleaved like any other modes.
+BASE_SUFFIX = "@base"
+for _name, _spec in list(MODES.items()):
+    if _spec.get("xp"):
+        MODES[_name + BASE_SUFFIX] = {**_spec, "base_bin": True, "variant_of": _spec.get("variant_of", _name)}
 DEFAULT_MODES = ["native", "mps", "mps_prio", "xp", "xp_mps"]
 ROLES = ("LC", "BE")
 ENV_START_S = {"mps": 1.5, "xp": 0.5}

@@ -128,6 +128,28 @@ class Runner(unittest.TestCase):
         modes = {m["mode"]: m for m in s["scenarios"][0]["modes"]}
         self.assertEqual(modes["xp_mps"]["rows"][1]["runs_ok"], 1)
 
+    def test_base_modes_run_the_other_build_in_the_same_rounds(self):
+        base = os.path.join(self.dir, "base_xpreempt.py")
+        shutil.copy(os.path.join(HERE, "testdata", "fake_xpreempt.py"), base)
+        os.chmod(base, 0o755)
+        os.environ["FAKE_XP_LOG"] = os.path.join(self.dir, "xp.log")
+        os.environ["FAKE_XP_BIN_LOG"] = bin_log = os.path.join(self.dir, "bin.log")
+        try:
+            rc, _, s = self.main([{"name": "pair", "modes": ["xp_mps"], "jobs": [
+                {"job": "lc", "role": "LC", "priority": 10}, {"job": "be", "role": "BE", "priority": 0}]}],
+                "--rounds", "2", "--modes", "xp_mps,xp_mps@base",
+                "--xpreempt-bin", os.path.join(HERE, "testdata", "fake_xpreempt.py"), "--xpreempt-bin-base", base)
+        finally:
+            del os.environ["FAKE_XP_LOG"], os.environ["FAKE_XP_BIN_LOG"]
+        self.assertEqual(rc, 0)
+        with open(bin_log) as f:
+            ran = [line.split() for line in f.read().splitlines()]
+        # Two jobs per run, two rounds: each build ran every job of its own mode, and only those.
+        self.assertEqual(sorted(b for b, sock in ran if "@base" in sock), ["base_xpreempt.py"] * 4)
+        self.assertEqual(sorted(b for b, sock in ran if "@base" not in sock), ["fake_xpreempt.py"] * 4)
+        modes = {m["mode"]: m for m in s["scenarios"][0]["modes"]}
+        self.assertEqual(modes["xp_mps@base"]["rows"][1]["runs_ok"], 2)
+
     def test_sigterm_stops_jobs_and_daemon_and_still_writes_the_summary(self):
         out = os.path.join(self.dir, "out")
         path = scenario_file(self.dir, [{"name": "stuck", "modes": ["xp"], "jobs": [

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A stand-in for the xpreempt binary in the runner's tests: `daemon --socket S [--mps]` creates S
 and waits for SIGTERM (then removes S and writes S.stopped); `run --priority P [...] -- CMD` records
-its priority in $FAKE_XP_LOG and execs CMD."""
+its priority in $FAKE_XP_LOG (and, where $FAKE_XP_BIN_LOG is set, its own name and socket there)
+and execs CMD."""
 import os
 import signal
 import sys
@@ -21,4 +22,7 @@ elif args[0] == "run":
     cut = args.index("--")
     with open(os.environ["FAKE_XP_LOG"], "a") as f:
         f.write(" ".join(args[1:cut]) + " socket=" + os.environ.get("XPREEMPT_SOCKET", "") + "\n")
+    if os.environ.get("FAKE_XP_BIN_LOG"):
+        with open(os.environ["FAKE_XP_BIN_LOG"], "a") as f:
+            f.write(os.path.basename(sys.argv[0]) + " " + os.environ.get("XPREEMPT_SOCKET", "") + "\n")
     os.execvp(args[cut + 1], args[cut + 1:])
