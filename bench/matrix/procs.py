@@ -220,6 +220,8 @@ def command(job, ctx, paths, alone, start_after):
             raise EnvError(f"the CUDA workloads were not built ({ctx.get('work_error', 'no nvcc')})")
         cmd = [ctx["work_bin"], prog[1]] + w["base"] + job["args"]
         cmd += ["--ipu-light", str(ctx["ipu"]["ipu_light"]), "--ipu-full", str(ctx["ipu"]["ipu_full"])]
+        if ctx["ipu"].get("sms"):
+            cmd += ["--sms", str(ctx["ipu"]["sms"])]
     else:
         cmd = [ctx["python"], os.path.join(ROOT, prog)] + w["base"] + job["args"]
     if alone:

@@ -90,7 +90,7 @@ struct Opts {
 
 // The options every workload takes, beside its own.
 inline std::vector<std::string> common_opts(std::vector<std::string> own) {
-  for (const char *k : {"duration", "seed", "ready-file", "start-after", "out", "tag", "ipu-light", "ipu-full"}) own.push_back(k);
+  for (const char *k : {"duration", "seed", "ready-file", "start-after", "out", "tag", "ipu-light", "ipu-full", "sms"}) own.push_back(k);
   return own;
 }
 
@@ -204,7 +204,16 @@ inline std::string fnv_hex(const unsigned *w, size_t n, unsigned long long h = 1
   return b;
 }
 
+// `--sms N` (the runner passes the device's count, calibrated alone): grids sized for the whole
+// device. Under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE a client sees only its share of the
+// SMs, and a job sized by that would do less work per kernel than alone.
+inline int &sms_given() {
+  static int n = 0;
+  return n;
+}
+
 inline int sm_count() {
+  if (sms_given() > 0) return sms_given();
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

@@ -288,6 +288,13 @@ static int be(const Opts &o) {
 
 #include "work_more.cuh"
 
+// Parses the options and takes in --sms.
+static bool parsed(Opts &o, int argc, char **argv, std::vector<std::string> opts, std::vector<std::string> flags) {
+  if (!o.parse(argc, argv, 2, opts, flags)) return false;
+  sms_given() = (int)o.num("sms", 0);
+  return true;
+}
+
 int main(int argc, char **argv) {
   install_stop();
   if (argc < 2) {
@@ -296,17 +303,17 @@ int main(int argc, char **argv) {
   }
   const std::string mode = argv[1];
   Opts o;
-  if (mode == "calibrate") return o.parse(argc, argv, 2, common_opts({}), {}) ? calibrate(o) : 2;
+  if (mode == "calibrate") return parsed(o, argc, argv, common_opts({}), {}) ? calibrate(o) : 2;
   if (mode == "lc")
-    return o.parse(argc, argv, 2, common_opts({"kernels", "blocks", "block-us", "rate", "util", "warmup", "calib", "arrival-seed"}), {"closed", "graph"}) ? lc(o) : 2;
+    return parsed(o, argc, argv, common_opts({"kernels", "blocks", "block-us", "rate", "util", "warmup", "calib", "arrival-seed"}), {"closed", "graph"}) ? lc(o) : 2;
   if (mode == "be")
-    return o.parse(argc, argv, 2, common_opts({"kernel-ms", "block-us", "streams", "in-flight", "check-kernels", "warmup-kernels"}), {})
+    return parsed(o, argc, argv, common_opts({"kernel-ms", "block-us", "streams", "in-flight", "check-kernels", "warmup-kernels"}), {})
                ? be(o)
                : 2;
   if (mode == "persistent")
-    return o.parse(argc, argv, 2, common_opts({"item-us", "launch-ms", "check-launches"}), {}) ? persistent(o) : 2;
+    return parsed(o, argc, argv, common_opts({"item-us", "launch-ms", "check-launches"}), {}) ? persistent(o) : 2;
   if (mode == "overlap")
-    return o.parse(argc, argv, 2, common_opts({"streams", "chunk-mb", "elem-iters", "check-chunks", "warmup-chunks"}), {}) ? overlap(o) : 2;
+    return parsed(o, argc, argv, common_opts({"streams", "chunk-mb", "elem-iters", "check-chunks", "warmup-chunks"}), {}) ? overlap(o) : 2;
   fprintf(stderr, "work: unknown mode %s\n", mode.c_str());
   return 2;
 }
