@@ -61,15 +61,16 @@ def base_mode(mode):
     unthrottled, so its in-flight work may delay the high process it is preempted by);
     `xp_mps+beclientnormal` runs the training at MPS client priority 0 (normal), where
     `xpreempt run` would put a priority-0 program below normal; `+midclientlow` runs the trio's
-    medium process below normal too, so that its graph's blocks yield SMs to the high's."""
+    medium process below normal too, so that its graph's blocks yield SMs to the high's;
+    `+base` runs the mode with the build of `--xpreempt-bin-base`, for an A/B of two builds."""
     return mode.split("+", 1)[0]
 
 
 def variant_args(mode, role="high"):
     args = []
     for part in mode.split("+")[1:]:
-        if part in ("beclientnormal", "midclientlow"):
-            continue  # an environment setting: Env.process_env
+        if part in ("beclientnormal", "midclientlow", "base"):
+            continue  # an environment setting (Env.process_env) or the binary (xp_bin)
         for prefix, flag, roles in (("bewindow", "--window", ["low"]),
                                     ("midwindow", "--window", ["medium"])):
             value = part[len(prefix):]
@@ -78,8 +79,13 @@ def variant_args(mode, role="high"):
                     args += [flag, value]
                 break
         else:
-            raise ValueError(f"mode {mode}: unknown variant {part} (known: bewindow<N>, midwindow<N>, beclientnormal, midclientlow)")
+            raise ValueError(f"mode {mode}: unknown variant {part} (known: bewindow<N>, midwindow<N>, beclientnormal, midclientlow, base)")
     return args
+
+
+def xp_bin(args, mode):
+    """The xpreempt build a mode runs: `--xpreempt-bin-base` for `+base` variants."""
+    return args.xpreempt_bin_base if "base" in mode.split("+")[1:] else args.xpreempt_bin
 
 
 def parse_args():
@@ -90,6 +96,8 @@ def parse_args():
     p.add_argument("--modes", help="comma list (default: native,mps,mps_prio,mps70 [+ xp modes]; "
                                    "quick: native,mps,mps_prio [+ xp_lv1,xp_pass])")
     p.add_argument("--xpreempt-bin", default=os.environ.get("XPREEMPT_BIN"))
+    p.add_argument("--xpreempt-bin-base", default=os.environ.get("XPREEMPT_BIN_BASE"),
+                   help="another build, for the `+base` variants of the xpreempt modes")
     p.add_argument("--green-lib", default=os.environ.get("XP_GREEN_LIB"),
                    help="libgreen.so (bench/cuda/green_probe.cu -DGREEN_LIB), for the mps_green modes")
     p.add_argument("--python", default=sys.executable)
@@ -261,7 +269,7 @@ class Runner:
         procs = []
         queues = None
         t0 = time.time()
-        with Env(mode, self.tmp, self.args.xpreempt_bin, self.raw) as env:
+        with Env(mode, self.tmp, xp_bin(self.args, mode), self.raw) as env:
             try:
                 measuring_role, measuring_kind = members[0]
                 for role, kind in members[1:]:
@@ -407,6 +415,8 @@ def main():
         sys.exit(str(e))
     if unknown or (any(base_mode(m) in XP_MODES for m in wanted) and not args.xpreempt_bin):
         sys.exit(f"modes {unknown or wanted}: unknown, or xpreempt modes without --xpreempt-bin")
+    if any("base" in m.split("+")[1:] for m in wanted) and not args.xpreempt_bin_base:
+        sys.exit("the +base variants need --xpreempt-bin-base (or $XPREEMPT_BIN_BASE)")
     if any(m in GREEN_MODES for m in wanted):
         if not args.green_lib:
             sys.exit("mps_green modes need --green-lib")
