@@ -135,6 +135,11 @@ impl Latencies {
         self.count.store(h.count(), Ordering::Release);
     }
 
+    /// No samples: a slot reused after an earlier queue, before its agent publishes.
+    pub fn clear(&self) {
+        self.store(&xpreempt_types::histogram::Histogram::new());
+    }
+
     pub fn load(&self) -> LatencyCounts {
         let count = self.count.load(Ordering::Acquire);
         let mut out = LatencyCounts {
