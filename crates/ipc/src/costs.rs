@@ -165,21 +165,29 @@ pub fn since(now: &LatencyCounts, before: &LatencyCounts) -> LatencyCounts {
 /// and the value placed in it by linear interpolation, as Prometheus' `histogram_quantile`
 /// does, so it is known within its bucket (a factor of two); above the last bound it is that
 /// bound. 0 without samples.
+///
+/// The sum bounds it too: at least `count - ceil(q * count) + 1` samples are at or above the
+/// quantile, so it is at most the sum over them (restarts that had nothing to restart, all
+/// zeros, read as zero rather than as half the first bucket).
 pub fn quantile_ns(c: &LatencyCounts, q: f64) -> Nanos {
     if c.count == 0 {
         return 0;
     }
-    let rank = q.clamp(0.0, 1.0) * c.count as f64;
+    let q = q.clamp(0.0, 1.0);
+    let rank = q * c.count as f64;
+    let at_or_above = c.count - ((rank.ceil() as u64).clamp(1, c.count)) + 1;
+    let bound = c.sum_ns / at_or_above;
     let (mut low, mut below_low) = (0u64, 0u64);
     for i in 0..LATENCY_BUCKETS {
         let (high, below) = (LATENCY_BOUNDS_NS[i], c.below[i]);
         if below as f64 >= rank && below > below_low {
             let within = (rank - below_low as f64) / (below - below_low) as f64;
-            return low + ((high - low) as f64 * within.clamp(0.0, 1.0)).round() as u64;
+            let v = low + ((high - low) as f64 * within.clamp(0.0, 1.0)).round() as u64;
+            return v.min(bound);
         }
         (low, below_low) = (high, below);
     }
-    LATENCY_BOUNDS_NS[LATENCY_BUCKETS - 1]
+    LATENCY_BOUNDS_NS[LATENCY_BUCKETS - 1].min(bound)
 }
 
 #[cfg(test)]
@@ -222,6 +230,11 @@ mod tests {
     fn a_value_below_a_microsecond_and_one_past_the_last_bound_stay_in_range() {
         let fast = CostSummary::of(&counts(&[200])).unwrap();
         assert!(fast.p50_ns < 1_024 && fast.p99_ns < 1_024, "{fast:?}");
+        let zeros = CostSummary::of(&counts(&[0, 0, 0])).unwrap();
+        assert_eq!((zeros.p50_ns, zeros.p99_ns, zeros.mean_ns), (0, 0, 0));
+        // Four restarts of nothing and one of 600 ns: the median is no more than 600 / 3.
+        let mostly = CostSummary::of(&counts(&[0, 0, 0, 0, 600])).unwrap();
+        assert!(mostly.p50_ns <= 200 && mostly.p99_ns <= 600, "{mostly:?}");
         let slow = CostSummary::of(&counts(&[5_000_000_000])).unwrap();
         assert_eq!(slow.p99_ns, 1 << 30);
         assert_eq!(slow.mean_ns, 5_000_000_000);
