@@ -61,3 +61,64 @@ impl State {
         self.costs.cost(device, level, self.now())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use xpreempt_core::policy;
+    use xpreempt_core::sched::Scheduler;
+    use xpreempt_ipc::msg::QueueDecl;
+    use xpreempt_ipc::shm::Segment;
+    use xpreempt_ipc::unix::Cred;
+    use xpreempt_types::histogram::Histogram;
+
+    fn hist(values: &[u64]) -> Histogram {
+        let mut h = Histogram::new();
+        values.iter().for_each(|&v| h.record(v));
+        h
+    }
+
+    fn decl(level: Level) -> QueueDecl {
+        QueueDecl {
+            device: 0,
+            priority: 0,
+            hints: Default::default(),
+            interleave: None,
+            level,
+        }
+    }
+
+    #[test]
+    fn a_queue_s_latencies_reach_its_device_and_level_and_outlive_it_once() {
+        let mut st = State::new(Box::new(|| Ok(Scheduler::new(policy::by_name("hpf")?))));
+        let segment = Arc::new(Segment::create(2).unwrap());
+        let cred = Cred {
+            pid: 1,
+            uid: 1,
+            gid: 1,
+        };
+        let client = st.add_client(cred, "app".into(), Some(segment.clone()));
+        let (q, _) = st.register(client, 0, decl(Level::Lv3)).unwrap();
+        let slot = segment.slot(0).unwrap();
+        slot.suspend_latency.store(&hist(&[2_000_000, 3_000_000]));
+        slot.resume_latency.store(&hist(&[1_000_000, 1_000_000]));
+        st.sample_costs();
+        let c = st.mechanism_cost(0, Level::Lv3);
+        assert_eq!(c.stop.unwrap().samples, 2);
+        assert_eq!(c.stop.unwrap().mean_ns, 2_500_000);
+        assert_eq!(c.restart.unwrap().mean_ns, 1_000_000);
+        assert!(st.mechanism_cost(0, Level::Lv2).stop.is_none());
+        // Published after the last tick, just before the queue left: counted once.
+        slot.suspend_latency
+            .store(&hist(&[2_000_000, 3_000_000, 4_000_000]));
+        st.unregister(client, q).unwrap();
+        assert_eq!(st.mechanism_cost(0, Level::Lv3).stop.unwrap().samples, 3);
+        // The slot's next queue starts from nothing, not from its predecessor's samples.
+        st.register(client, 0, decl(Level::Lv3)).unwrap();
+        let costs = st.mechanism_costs();
+        assert_eq!(costs.len(), 1);
+        assert_eq!(costs[0].mechanisms[2].stop.unwrap().samples, 3);
+        assert_eq!(costs[0].mechanisms[2].stop.unwrap().mean_ns, 3_000_000);
+    }
+}
