@@ -178,8 +178,7 @@ pub fn quantile_ns(c: &LatencyCounts, q: f64) -> Nanos {
     let at_or_above = c.count - ((rank.ceil() as u64).clamp(1, c.count)) + 1;
     let bound = c.sum_ns / at_or_above;
     let (mut low, mut below_low) = (0u64, 0u64);
-    for i in 0..LATENCY_BUCKETS {
-        let (high, below) = (LATENCY_BOUNDS_NS[i], c.below[i]);
+    for (&high, &below) in LATENCY_BOUNDS_NS.iter().zip(&c.below) {
         if below as f64 >= rank && below > below_low {
             let within = (rank - below_low as f64) / (below - below_low) as f64;
             let v = low + ((high - low) as f64 * within.clamp(0.0, 1.0)).round() as u64;
