@@ -226,7 +226,11 @@ pub(crate) fn render(shared: &Shared) -> String {
                 continue;
             };
             let labels = labels(r);
+            // The powers of two are enough for a dashboard and keep the series few.
             for (&bound, &below) in LATENCY_BOUNDS_NS.iter().zip(&h.below) {
+                if !bound.is_power_of_two() {
+                    continue;
+                }
                 let le = bound as f64 / 1e9;
                 let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {below}");
             }
