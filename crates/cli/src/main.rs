@@ -4,6 +4,7 @@
 //! binary, `xpreempt-bench`. A reader that closes stdout early (`… | head`) ends the program
 //! quietly with status 0 (`output::print`).
 
+mod costs;
 mod demo;
 mod ops;
 mod output;

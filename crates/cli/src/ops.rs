@@ -4,6 +4,7 @@
 use crate::output::Output;
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
+use xpreempt_ipc::costs::DeviceCosts;
 use xpreempt_ipc::msg::{QueueRow, Target};
 use xpreempt_ipc::operator::Operator;
 
@@ -36,16 +37,26 @@ pub struct SetPriority {
     conn: Conn,
 }
 
-/// `list --json` is `{"queues": [...]}`: one object, as every subcommand's, so that fields can
-/// join it without breaking a reader.
+/// `list --json` is `{"queues": [...], "costs": [...]}`: one object, as every subcommand's, so
+/// that fields can join it without breaking a reader.
 #[derive(serde::Serialize)]
 struct Listing<'a> {
     queues: &'a [QueueRow],
+    /// Per device, what each mechanism measured to cost.
+    costs: &'a [DeviceCosts],
 }
 
 pub fn list(out: &Output, conn: &Conn) -> Result<()> {
-    let rows = conn.connect()?.list()?;
-    out.emit(&Listing { queues: &rows }, || table(&rows))
+    let mut op = conn.connect()?;
+    let rows = op.list()?;
+    let costs = op.costs()?;
+    out.emit(
+        &Listing {
+            queues: &rows,
+            costs: &costs,
+        },
+        || format!("{}\n{}", table(&rows), crate::costs::table(&costs)),
+    )
 }
 
 pub fn stats(out: &Output, conn: &Conn) -> Result<()> {

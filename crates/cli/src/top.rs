@@ -34,6 +34,8 @@ pub struct Args {
 pub struct Snapshot {
     pub queues: Vec<QueueRow>,
     pub stats: DaemonStats,
+    /// Per device, what each mechanism measured to cost (a line per device under the totals).
+    pub costs: Vec<xpreempt_ipc::costs::DeviceCosts>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,6 +262,7 @@ impl View {
             return out;
         };
         out.push(Line::raw(totals_line(&s.stats)));
+        out.extend(crate::costs::lines(&s.costs).into_iter().map(Line::raw));
         out.push(Line::raw(""));
         out.push(Line::styled(
             header_line(),
@@ -300,6 +303,7 @@ fn fetch(conn: &Conn, op: &mut Option<Operator>) -> Result<Snapshot> {
         Ok(Snapshot {
             queues: o.list()?,
             stats: o.stats()?,
+            costs: o.costs()?,
         })
     })();
     if snap.is_err() {
@@ -539,7 +543,7 @@ mod tests {
         assert!(text(&v)[1].contains("connecting"));
         v.update(Ok(Snapshot {
             queues: rows(),
-            stats: DaemonStats::default(),
+            ..Snapshot::default()
         }));
         let t = text(&v);
         assert!(t[0].contains("sort: priority"), "{t:?}");
@@ -574,7 +578,7 @@ mod tests {
         let mut v = View::new(250);
         v.update(Ok(Snapshot {
             queues: rows(),
-            stats: DaemonStats::default(),
+            ..Snapshot::default()
         }));
         let screen = draw(&v, 40, 5);
         assert_eq!(screen[0], "xpreempt top   sort: priority   every 25");

@@ -264,6 +264,8 @@ fn the_grafana_dashboard_queries_only_metrics_the_daemon_exports() {
         "xpreempt_queue_gpu_busy_ratio",
         "xpreempt_queue_gpu_command_seconds",
         "xpreempt_queue_gpu_in_flight_seconds",
+        "xpreempt_mechanism_stop_seconds",
+        "xpreempt_mechanism_restart_seconds",
     ] {
         assert!(
             used.contains(needed),

@@ -20,6 +20,7 @@
 
 pub mod cli;
 mod conn;
+pub mod costs;
 pub mod limits;
 mod metrics;
 pub mod mps;

@@ -1,8 +1,9 @@
 //! Prometheus text exposition (format 0.0.4) on a TCP listener: per device and per queue,
 //! queues and their states, preemptions, resumes, inversions, and suspend and resume latency as
 //! histograms (cumulative `_bucket`s with `le` in seconds, `_sum`, `_count`), which a dashboard
-//! can aggregate across queues and time (`histogram_quantile`), and each queue's GPU time per
-//! command, busy fraction, bursts, gaps and GPU time in flight as its agent measured them.
+//! can aggregate across queues and time (`histogram_quantile`), each queue's GPU time per
+//! command, busy fraction, bursts, gaps and GPU time in flight as its agent measured them, and
+//! per device and level the measured cost of stopping and restarting ([`crate::costs`]).
 
 use crate::server::Shared;
 use std::fmt::Write as _;
@@ -10,6 +11,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 use xpreempt_core::sched::protocol::QueueState;
+use xpreempt_ipc::costs::{CostSummary, DeviceCosts, MechanismCost};
 use xpreempt_ipc::msg::{DeviceStats, QueueRow};
 use xpreempt_ipc::shm::{LATENCY_BOUNDS_NS, LatencyCounts};
 
@@ -40,9 +42,9 @@ pub(crate) fn serve(shared: &Shared, listener: TcpListener) {
 }
 
 pub(crate) fn render(shared: &Shared) -> String {
-    let (stats, rows, latencies) = {
+    let (stats, rows, latencies, costs) = {
         let mut st = shared.lock();
-        (st.stats(), st.list(), st.latencies())
+        (st.stats(), st.list(), st.latencies(), st.mechanism_costs())
     };
     let mut out = String::new();
     let daemon_metrics = [
@@ -224,7 +226,11 @@ pub(crate) fn render(shared: &Shared) -> String {
                 continue;
             };
             let labels = labels(r);
+            // The powers of two are enough for a dashboard and keep the series few.
             for (&bound, &below) in LATENCY_BOUNDS_NS.iter().zip(&h.below) {
+                if !bound.is_power_of_two() {
+                    continue;
+                }
                 let le = bound as f64 / 1e9;
                 let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {below}");
             }
@@ -233,7 +239,58 @@ pub(crate) fn render(shared: &Shared) -> String {
             let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
         }
     }
+    mechanism_costs(&mut out, &costs);
     out
+}
+
+/// Per device and level, the measured cost of stopping and restarting (what `list` shows):
+/// gauges, since they describe the recent past and fall as well as rise. A mechanism with no
+/// measurement has no sample.
+fn mechanism_costs(out: &mut String, costs: &[DeviceCosts]) {
+    type Side = fn(&MechanismCost) -> Option<CostSummary>;
+    let sides: [(&str, &str, Side); 2] = [
+        (
+            "stop",
+            "From suspend until the device is free of the queue's work (Lv1 drain, Lv2 block-boundary stop, Lv3 switch)",
+            |m| m.stop,
+        ),
+        (
+            "restart",
+            "From resume until the device runs the queue again",
+            |m| m.restart,
+        ),
+    ];
+    for (side, help, get) in sides {
+        let name = format!("xpreempt_mechanism_{side}_seconds");
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}: quantiles over the device's queues at the level, recent past.\n# TYPE {name} gauge"
+        );
+        let samples = format!("xpreempt_mechanism_{side}_samples");
+        let mut counts =
+            format!("# HELP {samples} Measurements behind {name}.\n# TYPE {samples} gauge\n");
+        for d in costs {
+            for m in &d.mechanisms {
+                let (Some(level), Some(s)) = (m.level, get(m)) else {
+                    continue;
+                };
+                let labels = format!(
+                    "device=\"{}\",level=\"{level}\",mechanism=\"{}\"",
+                    d.device,
+                    m.mechanism.label()
+                );
+                for (q, ns) in [("0.5", s.p50_ns), ("0.99", s.p99_ns)] {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{{labels},quantile=\"{q}\"}} {}",
+                        ns as f64 / 1e9
+                    );
+                }
+                let _ = writeln!(counts, "{samples}{{{labels}}} {}", s.samples);
+            }
+        }
+        out.push_str(&counts);
+    }
 }
 
 fn seconds(ns: Option<u64>) -> Option<f64> {
@@ -271,4 +328,52 @@ fn labels(r: &QueueRow) -> String {
         r.process,
         r.process_name.replace(['"', '\\', '\n'], "_"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xpreempt_ipc::costs::Mechanism;
+    use xpreempt_types::Level;
+
+    #[test]
+    fn mechanism_costs_are_gauges_by_device_and_level_and_the_unmeasured_have_no_sample() {
+        let stop = CostSummary {
+            samples: 7,
+            p50_ns: 35_000,
+            p99_ns: 2_500_000,
+            mean_ns: 100_000,
+        };
+        let costs = [DeviceCosts {
+            device: 1,
+            mechanisms: vec![
+                MechanismCost {
+                    mechanism: Mechanism::Switch,
+                    level: Some(Level::Lv3),
+                    stop: Some(stop),
+                    restart: None,
+                    over_ns: Some(1),
+                    note: None,
+                },
+                MechanismCost::not_measured(Mechanism::SpatialConfinement),
+            ],
+        }];
+        let mut out = String::new();
+        mechanism_costs(&mut out, &costs);
+        let labels = "device=\"1\",level=\"lv3\",mechanism=\"switch\"";
+        for line in [
+            "# TYPE xpreempt_mechanism_stop_seconds gauge".to_string(),
+            format!("xpreempt_mechanism_stop_seconds{{{labels},quantile=\"0.5\"}} 0.000035"),
+            format!("xpreempt_mechanism_stop_seconds{{{labels},quantile=\"0.99\"}} 0.0025"),
+            format!("xpreempt_mechanism_stop_samples{{{labels}}} 7"),
+            "# TYPE xpreempt_mechanism_restart_seconds gauge".to_string(),
+        ] {
+            assert!(out.lines().any(|l| l == line), "no `{line}` in:\n{out}");
+        }
+        assert!(
+            !out.contains("xpreempt_mechanism_restart_seconds{"),
+            "{out}"
+        );
+        assert!(!out.contains("spatial"), "{out}");
+    }
 }

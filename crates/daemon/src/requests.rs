@@ -103,6 +103,7 @@ pub(crate) fn handle(shared: &Shared, id: u64, cred: Cred, msg: ClientMsg) -> Op
         }
         ClientMsg::List => DaemonMsg::List(st.list()),
         ClientMsg::Stats => DaemonMsg::Stats(st.stats()),
+        ClientMsg::Costs => DaemonMsg::Costs(st.mechanism_costs()),
     };
     drop(st);
     shared.ticker.notify_all();

@@ -464,6 +464,7 @@ fn tick(shared: &Shared) {
         st.watchdog(bound);
         st.beat();
         st.trace_gpu();
+        st.sample_costs();
         let rate = shared.config.limits.changes_per_sec;
         st.change_rate.trim(rate);
         let next = st.run_timers();

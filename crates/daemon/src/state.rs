@@ -2,6 +2,7 @@
 //! device, the clients and their segments, and where each queue lives.
 
 mod fast;
+mod mechanisms;
 mod operator;
 mod rm;
 
@@ -109,6 +110,7 @@ pub struct State {
     make_scheduler: SchedulerFactory,
     rm: rm::RmState,
     boards: fast::Boards,
+    costs: crate::costs::CostBook,
     epoch: Instant,
     next_queue: u32,
     next_client: u64,
@@ -129,6 +131,7 @@ impl State {
             make_scheduler,
             rm: rm::RmState::default(),
             boards: fast::Boards::default(),
+            costs: crate::costs::CostBook::default(),
             epoch: Instant::now(),
             next_queue: 0,
             next_client: 1,
@@ -287,6 +290,8 @@ impl State {
             s.preempted_by.store(0);
             s.set_quiet(Quiet::Loud);
             s.gpu.clear();
+            s.suspend_latency.clear();
+            s.resume_latency.clear();
         }
         let driver = match self.devices.entry(decl.device) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
@@ -371,6 +376,7 @@ impl State {
     }
 
     fn drop_queue(&mut self, queue: QueueId) {
+        self.retire_costs(queue);
         let Some(entry) = self.queues.remove(&queue) else {
             return;
         };

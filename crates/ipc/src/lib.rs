@@ -14,6 +14,7 @@
 //! confirms or overrules.
 
 pub mod board;
+pub mod costs;
 pub mod frame;
 mod gpu_words;
 mod mapping;
@@ -26,7 +27,7 @@ pub mod unix;
 use std::path::PathBuf;
 
 /// Bumped whenever a message or the segment layout changes incompatibly.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The system daemon's socket (the systemd unit's).
 pub const SYSTEM_SOCKET: &str = "/run/xpreempt/xpreempt.sock";

@@ -131,6 +131,8 @@ pub enum ClientMsg {
         device: u32,
         tsg: u32,
     },
+    /// What each mechanism measured to cost on each device (`xpreempt list`, `top`).
+    Costs,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -170,6 +172,8 @@ pub enum DaemonMsg {
         /// Why the driver's defaults apply (no program, or it failed).
         note: Option<String>,
     },
+    /// The answer to `Costs`: one entry per device the daemon schedules.
+    Costs(Vec<crate::costs::DeviceCosts>),
 }
 
 /// `task_init`'s decision for a channel group.

@@ -163,6 +163,14 @@ impl Operator {
         }
     }
 
+    /// What stopping and restarting cost on each device, by mechanism.
+    pub fn costs(&mut self) -> Result<Vec<crate::costs::DeviceCosts>, OperatorError> {
+        match self.ask(&ClientMsg::Costs)? {
+            DaemonMsg::Costs(c) => Ok(c),
+            _ => Err(OperatorError::Unexpected),
+        }
+    }
+
     /// The maps of the eBPF program each device runs (empty without one).
     pub fn policy_maps(&mut self) -> Result<Vec<PolicyMap>, OperatorError> {
         match self.ask(&ClientMsg::PolicyMaps)? {

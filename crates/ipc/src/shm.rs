@@ -90,19 +90,22 @@ pub struct Slot {
     pub quiet: AtomicU32,
 }
 
-/// Upper bounds of the latency buckets a slot carries, in ns: the powers of two from 2^10 (about
-/// 1 µs) to 2^30 (about 1.07 s). Powers of two are exact bucket edges of the agent's log-linear
-/// histograms, so each count is exact.
+/// Upper bounds of the latency buckets a slot carries, in ns: from 2^10 (about 1 µs) to 2^30
+/// (about 1.07 s), each power of two and the quarters between it and the next (1, 1.25, 1.5,
+/// 1.75 times it), so that a quantile merged from these counts is known within a quarter of an
+/// octave (the daemon's mechanism costs); the metrics show the powers of two. Every bound is an
+/// exact bucket edge of the agent's log-linear histograms (16 sub-buckets per power of two), so
+/// each count is exact.
 pub const LATENCY_BOUNDS_NS: [u64; LATENCY_BUCKETS] = {
     let mut b = [0; LATENCY_BUCKETS];
     let mut i = 0;
     while i < LATENCY_BUCKETS {
-        b[i] = 1 << (10 + i);
+        b[i] = (4 + (i as u64 % 4)) << (8 + i / 4);
         i += 1;
     }
     b
 };
-pub const LATENCY_BUCKETS: usize = 21;
+pub const LATENCY_BUCKETS: usize = 81;
 
 /// A latency histogram as a slot carries it: how many samples fell below each of
 /// [`LATENCY_BOUNDS_NS`] (cumulative), how many there were, and their sum. Each word only grows
@@ -117,11 +120,21 @@ pub struct Latencies {
 
 /// What [`Latencies`] held when read: cumulative and non-decreasing, with `count` at least the
 /// last bucket.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LatencyCounts {
     pub below: [u64; LATENCY_BUCKETS],
     pub count: u64,
     pub sum_ns: u64,
+}
+
+impl Default for LatencyCounts {
+    fn default() -> Self {
+        Self {
+            below: [0; LATENCY_BUCKETS],
+            count: 0,
+            sum_ns: 0,
+        }
+    }
 }
 
 impl Latencies {
@@ -129,10 +142,17 @@ impl Latencies {
     pub fn store(&self, h: &xpreempt_types::histogram::Histogram) {
         self.sum_ns
             .store(h.sum().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
-        for (word, &bound) in self.below.iter().zip(&LATENCY_BOUNDS_NS) {
-            word.store(h.count_below(bound), Ordering::Relaxed);
+        let mut below = [0; LATENCY_BUCKETS];
+        h.counts_below(&LATENCY_BOUNDS_NS, &mut below);
+        for (word, n) in self.below.iter().zip(below) {
+            word.store(n, Ordering::Relaxed);
         }
         self.count.store(h.count(), Ordering::Release);
+    }
+
+    /// No samples: a slot reused after an earlier queue, before its agent publishes.
+    pub fn clear(&self) {
+        self.store(&xpreempt_types::histogram::Histogram::new());
     }
 
     pub fn load(&self) -> LatencyCounts {
@@ -428,6 +448,15 @@ mod tests {
             "5 s is above every bound"
         );
         assert!(got.below.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(LATENCY_BOUNDS_NS[..6], [1024, 1280, 1536, 1792, 2048, 2560]);
+        assert_eq!(LATENCY_BOUNDS_NS[LATENCY_BUCKETS - 1], 1 << 30);
+        for (&bound, &below) in LATENCY_BOUNDS_NS.iter().zip(&got.below) {
+            let exact = [500u64, 1024, 5_000, 2_000_000, 5_000_000_000]
+                .iter()
+                .filter(|&&v| v < bound)
+                .count() as u64;
+            assert_eq!(below, exact, "below {bound}");
+        }
         // A reader that raced the writer (a later bucket and the count not yet written) still
         // gets cumulative counts that end at most at the count.
         slot.resume_latency.below[3].store(7, Ordering::Relaxed);

@@ -89,6 +89,18 @@ impl Histogram {
         self.counts[..bucket_of(bound)].iter().sum()
     }
 
+    /// [`Self::count_below`] of each of `bounds` (ascending) into `out`, in one walk over the
+    /// buckets.
+    pub fn counts_below(&self, bounds: &[u64], out: &mut [u64]) {
+        let (mut bucket, mut below) = (0, 0);
+        for (dst, &bound) in out.iter_mut().zip(bounds) {
+            let end = bucket_of(bound).max(bucket);
+            below += self.counts[bucket..end].iter().sum::<u64>();
+            bucket = end;
+            *dst = below;
+        }
+    }
+
     pub fn merge(&mut self, other: &Histogram) {
         for (a, b) in self.counts.iter_mut().zip(&other.counts) {
             *a += b;
@@ -183,6 +195,12 @@ mod tests {
             assert_eq!(h.count_below(bound), exact, "below {bound}");
         }
         assert_eq!(h.sum(), values.iter().map(|&v| u128::from(v)).sum::<u128>());
+        let bounds = [1u64, 16, 17, 1024, 1280, 2048, 4096, 1 << 40, 1 << 41];
+        let mut at_once = [0; 9];
+        h.counts_below(&bounds, &mut at_once);
+        for (bound, got) in bounds.iter().zip(at_once) {
+            assert_eq!(got, h.count_below(*bound), "below {bound}");
+        }
     }
 
     proptest! {
