@@ -256,7 +256,7 @@ mod tests {
             ["-", "-", "-", "0%", "-"],
             "nothing measured yet"
         );
-        row.gpu = xpreempt_core::xqueue::GpuTimeSummary {
+        row.gpu = xpreempt_core::stats::GpuTimeSummary {
             per_command_ns: Some(4_800_000),
             busy_fraction: 0.914,
             burst_ns: Some(1_250_000_000),

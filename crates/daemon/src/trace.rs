@@ -17,7 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use xpreempt_core::policy::QueueView;
 use xpreempt_core::sched::protocol::QueueState;
-use xpreempt_core::xqueue::GpuTimeSummary;
+use xpreempt_core::stats::GpuTimeSummary;
 use xpreempt_core::{Nanos, QueueId};
 
 const FLUSH_EVERY: Duration = Duration::from_millis(100);

@@ -7,7 +7,7 @@
 //! not measured.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use xpreempt_core::xqueue::GpuTimeSummary;
+use xpreempt_core::stats::GpuTimeSummary;
 use xpreempt_types::Nanos;
 
 /// A duration word that holds this has no measurement yet (a real one is never this long).

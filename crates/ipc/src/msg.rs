@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 use xpreempt_core::sched::Work;
 use xpreempt_core::sched::protocol::QueueState;
+use xpreempt_core::stats::GpuTimeSummary;
 use xpreempt_core::stats::SchedulerStats;
-use xpreempt_core::xqueue::GpuTimeSummary;
 use xpreempt_types::{Hints, Level, Nanos, Priority, ProcessId, QueueId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,7 +2,9 @@
 //! and in total, and histograms of suspend and resume latency.
 
 use crate::QueueId;
-use crate::xqueue::{GpuTime, GpuTimeSummary};
+mod gpu_time;
+
+pub use gpu_time::{GpuTime, GpuTimeSummary};
 use serde::{Deserialize, Serialize};
 pub use xpreempt_types::histogram;
 use xpreempt_types::histogram::{Histogram, Summary};

@@ -11,12 +11,10 @@
 
 mod bound;
 mod config;
-mod gpu_time;
 pub mod threaded;
 
 pub use bound::{BoundQueue, DriveError};
 pub use config::{ConfigError, DEFAULT_BATCH, DEFAULT_THRESHOLD, QueueConfig};
-pub use gpu_time::{GpuTime, GpuTimeSummary};
 
 use crate::sched::QueueReport;
 pub use crate::sched::protocol::QueueState;

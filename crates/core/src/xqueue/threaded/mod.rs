@@ -10,8 +10,9 @@ mod watcher;
 
 pub use lend::Lent;
 
-use super::{GpuTimeSummary, QueueOpError, SubmitError, XQueue};
+use super::{QueueOpError, SubmitError, XQueue};
 use crate::sched::{QueueControl, QueueReport};
+use crate::stats::GpuTimeSummary;
 use crate::stats::QueueStats;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
