@@ -9,7 +9,8 @@
 
 use std::cell::UnsafeCell;
 use std::sync::Once;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
@@ -136,7 +137,7 @@ extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, context: *
         if let Some(uc) = context.cast::<libc::ucontext_t>().as_ref() {
             scan_stack(uc.uc_mcontext.gregs[libc::REG_RSP as usize] as u64);
         }
-        let at_fork = crate::cuda::fork_gate::threads_at_last_fork();
+        let at_fork = threads_at_last_fork();
         if !at_fork.is_empty() {
             write_err(
                 b"xpreempt-shim: the other threads at the last fork (tid name state wchan):\n",
@@ -168,6 +169,57 @@ pub fn install() {
         }
         INSTALLED.store(true, Ordering::Relaxed);
     });
+}
+
+/// `tid comm state` of every other thread at the last fork, as the fork gate saw them, for the
+/// handler (taken only when it is installed).
+static AT_FORK: Snapshot = Snapshot::new();
+
+/// Keeps the other threads at a fork (tid, name, state, wait channel), for the handler to print.
+pub fn note_threads_at_fork(threads: &[(u32, String, u8, String)]) {
+    AT_FORK.set(threads);
+}
+
+/// The snapshot as text, for the handler (no allocation to read it).
+pub fn threads_at_last_fork() -> &'static [u8] {
+    AT_FORK.get()
+}
+
+/// A fixed buffer written by the forking thread only (forks are serialized by the gate's flag
+/// in practice; a torn read costs a garbled diagnostic, nothing else).
+struct Snapshot {
+    len: AtomicUsize,
+    text: std::cell::UnsafeCell<[u8; 2048]>,
+}
+
+// SAFETY: see the type's comment: one writer at a time, readers tolerate a torn copy.
+unsafe impl Sync for Snapshot {}
+
+impl Snapshot {
+    const fn new() -> Self {
+        Self {
+            len: AtomicUsize::new(0),
+            text: std::cell::UnsafeCell::new([0; 2048]),
+        }
+    }
+
+    fn set(&self, threads: &[(u32, String, u8, String)]) {
+        let mut text = String::new();
+        for (tid, name, state, wchan) in threads {
+            text.push_str(&format!("{tid} {name} {} {wchan}\n", *state as char));
+        }
+        let n = text.len().min(2048);
+        self.len.store(0, SeqCst);
+        // SAFETY: the buffer is 2048 bytes and `n` ≤ 2048; see the type's comment on races.
+        unsafe { (&mut *self.text.get())[..n].copy_from_slice(&text.as_bytes()[..n]) };
+        self.len.store(n, SeqCst);
+    }
+
+    fn get(&self) -> &[u8] {
+        let n = self.len.load(SeqCst);
+        // SAFETY: `n` ≤ 2048 bytes of the buffer.
+        unsafe { &(&*self.text.get())[..n] }
+    }
 }
 
 #[cfg(test)]

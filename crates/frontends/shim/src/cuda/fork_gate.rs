@@ -27,9 +27,6 @@ static ENDING: [AtomicI32; 16] = [const { AtomicI32::new(0) }; 16];
 /// A thread stuck inside libcuda (waiting on a lock the forking thread holds, say) must not
 /// hang the application's fork for good.
 const PATIENCE: Duration = Duration::from_millis(100);
-/// `tid comm state` of every other thread at the last fork, for the crash handler (taken only
-/// when it is installed).
-static AT_FORK: Snapshot = Snapshot::new();
 
 thread_local! {
     /// Nesting depth of `enter` on this thread.
@@ -137,7 +134,7 @@ pub extern "C" fn before_fork() {
     }
     forget_ended();
     if crate::crash::installed() {
-        AT_FORK.set(&other_threads());
+        crate::crash::note_threads_at_fork(&other_threads());
     }
 }
 
@@ -161,48 +158,6 @@ fn other_threads() -> Vec<(u32, String, u8, String)> {
             Some((tid, name, state, wchan))
         })
         .collect()
-}
-
-/// The snapshot as text, for the crash handler (no allocation to read it).
-pub fn threads_at_last_fork() -> &'static [u8] {
-    AT_FORK.get()
-}
-
-/// A fixed buffer written by the forking thread only (forks are serialized by the gate's flag
-/// in practice; a torn read costs a garbled diagnostic, nothing else).
-struct Snapshot {
-    len: AtomicUsize,
-    text: std::cell::UnsafeCell<[u8; 2048]>,
-}
-
-// SAFETY: see the type's comment: one writer at a time, readers tolerate a torn copy.
-unsafe impl Sync for Snapshot {}
-
-impl Snapshot {
-    const fn new() -> Self {
-        Self {
-            len: AtomicUsize::new(0),
-            text: std::cell::UnsafeCell::new([0; 2048]),
-        }
-    }
-
-    fn set(&self, threads: &[(u32, String, u8, String)]) {
-        let mut text = String::new();
-        for (tid, name, state, wchan) in threads {
-            text.push_str(&format!("{tid} {name} {} {wchan}\n", *state as char));
-        }
-        let n = text.len().min(2048);
-        self.len.store(0, SeqCst);
-        // SAFETY: the buffer is 2048 bytes and `n` ≤ 2048; see the type's comment on races.
-        unsafe { (&mut *self.text.get())[..n].copy_from_slice(&text.as_bytes()[..n]) };
-        self.len.store(n, SeqCst);
-    }
-
-    fn get(&self) -> &[u8] {
-        let n = self.len.load(SeqCst);
-        // SAFETY: `n` ≤ 2048 bytes of the buffer.
-        unsafe { &(&*self.text.get())[..n] }
-    }
 }
 
 /// `pthread_atfork` handler in the parent and (with the rest of the child's) in the child.
@@ -338,8 +293,8 @@ mod tests {
                 .expect("spawn")
         };
         std::thread::sleep(Duration::from_millis(5));
-        AT_FORK.set(&other_threads());
-        let text = String::from_utf8(threads_at_last_fork().to_vec()).expect("utf8");
+        crate::crash::note_threads_at_fork(&other_threads());
+        let text = String::from_utf8(crate::crash::threads_at_last_fork().to_vec()).expect("utf8");
         let line = text
             .lines()
             .find(|l| l.contains("some (thread) x"))
