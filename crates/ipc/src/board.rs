@@ -13,6 +13,7 @@
 //! Only processes of one user share a board, and they may change each other's queues anyway
 //! (`Cred::may_change`); queues of another user are stopped through the daemon alone.
 
+pub use crate::bits::Bits;
 use crate::mapping::Mapping;
 use crate::shm::{Doorbell, ShmError};
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -24,50 +25,6 @@ pub const BOARD_BITS: u32 = 128;
 pub const BOARD_BELLS: u32 = 128;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"XPBOARD1");
-
-/// A set of up to 128 bits in two atomic words. Every bit means something on its own, so
-/// reading the words one after the other is as good as reading them at once.
-#[repr(C)]
-#[derive(Default)]
-pub struct Bits([AtomicU64; 2]);
-
-impl Bits {
-    pub fn load(&self) -> u128 {
-        u128::from(self.0[0].load(Ordering::SeqCst))
-            | (u128::from(self.0[1].load(Ordering::SeqCst)) << 64)
-    }
-
-    pub fn store(&self, v: u128) {
-        self.0[0].store(v as u64, Ordering::SeqCst);
-        self.0[1].store((v >> 64) as u64, Ordering::SeqCst);
-    }
-
-    fn word(&self, bit: u32) -> (&AtomicU64, u64) {
-        (&self.0[(bit as usize / 64) & 1], 1u64 << (bit % 64))
-    }
-
-    /// Sets `bit`; returns whether it was clear.
-    pub fn set(&self, bit: u32) -> bool {
-        let (w, m) = self.word(bit);
-        w.fetch_or(m, Ordering::SeqCst) & m == 0
-    }
-
-    /// Clears `bit`; returns whether it was set.
-    pub fn clear(&self, bit: u32) -> bool {
-        let (w, m) = self.word(bit);
-        w.fetch_and(!m, Ordering::SeqCst) & m != 0
-    }
-
-    pub fn is_set(&self, bit: u32) -> bool {
-        let (w, m) = self.word(bit);
-        w.load(Ordering::SeqCst) & m != 0
-    }
-
-    /// The one-bit mask of `bit`.
-    pub fn mask(bit: u32) -> u128 {
-        1u128 << (bit % 128)
-    }
-}
 
 #[repr(C, align(64))]
 pub struct BoardHeader {

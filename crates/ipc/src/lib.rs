@@ -13,6 +13,7 @@
 //! gets work stops the queues it preempts directly; the daemon writes who preempts whom and
 //! confirms or overrules.
 
+mod bits;
 pub mod board;
 pub mod costs;
 pub mod frame;

@@ -12,7 +12,7 @@
 //! neighbourhood (`quiet`: which of the queue's Ready/Idle reports need no wake-up of the daemon
 //! at once, [`Quiet`]).
 
-use crate::board::Bits;
+use crate::bits::Bits;
 pub use crate::gpu_words::GpuWords;
 use crate::mapping::{Mapping, futex_wait, futex_wake};
 use std::io;
