@@ -4,9 +4,10 @@
 
 use crate::control::Control;
 use crate::marks::{Marks, What};
-use crate::queue::BenchQueue;
-use crate::roles::LcSpec;
+use crate::queue::{AgentSpec, BenchQueue};
 use crate::{BenchError, Result};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 use xpreempt_cuda::Kernel;
@@ -17,6 +18,38 @@ const WARMUP: usize = 5;
 
 /// The LC side's arrival seed: every LC variant sees the same sequence of gaps.
 pub const LC_SEED: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// One latency-critical client: its requests, how they are submitted and what is kept.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LcSpec {
+    pub stream_priority: i32,
+    pub kernels: u32,
+    pub blocks: u32,
+    pub kernel_us: f64,
+    pub gap_min_us: u64,
+    pub gap_max_us: u64,
+    pub secs: f64,
+    /// Tell the BE side (lc_active) around each request.
+    pub signal: bool,
+    /// Lv3: raise this process's timeslice to this many µs while running.
+    pub timeslice_us: Option<u64>,
+    /// Run without a BE side.
+    pub alone: bool,
+    /// Submit through an XQueue registered with `xpreemptd` through this process's agent.
+    #[serde(default)]
+    pub agent: Option<AgentSpec>,
+    /// Without an agent: submit through an XQueue of this process that nobody schedules, which
+    /// measures the queue's own cost on the request apart from any scheduler's.
+    #[serde(default)]
+    pub unscheduled_queue: bool,
+    /// Write each request's start and end, and the queue's marks, to this file.
+    #[serde(default)]
+    pub marks: Option<PathBuf>,
+    /// Keep each request's latency in the result ([`crate::roles::LcResult::samples_us`]): a distribution
+    /// to pool over runs without the marks' own cost on the request.
+    #[serde(default)]
+    pub samples: bool,
+}
 
 /// Pseudo-random gaps, uniform in `[min_us, max_us]` (xorshift64: cheap, and the same sequence
 /// on every run and machine).

@@ -6,6 +6,7 @@
 use crate::control::Control;
 use crate::marks::Marks;
 use crate::queue::{AgentSpec, BenchQueue, QueueSpec};
+pub use crate::requests::LcSpec;
 use crate::requests::{LcTarget, request_loop};
 use crate::timeslice::Timeslice;
 use crate::{BenchError, Env, Result, Shape};
@@ -71,37 +72,6 @@ pub struct BeResult {
     pub hal_errors: u64,
     pub suspend_latency_p50_us: Option<f64>,
     pub suspend_latency_p99_us: Option<f64>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct LcSpec {
-    pub stream_priority: i32,
-    pub kernels: u32,
-    pub blocks: u32,
-    pub kernel_us: f64,
-    pub gap_min_us: u64,
-    pub gap_max_us: u64,
-    pub secs: f64,
-    /// Tell the BE side (lc_active) around each request.
-    pub signal: bool,
-    /// Lv3: raise this process's timeslice to this many µs while running.
-    pub timeslice_us: Option<u64>,
-    /// Run without a BE side.
-    pub alone: bool,
-    /// Submit through an XQueue registered with `xpreemptd` through this process's agent.
-    #[serde(default)]
-    pub agent: Option<AgentSpec>,
-    /// Without an agent: submit through an XQueue of this process that nobody schedules, which
-    /// measures the queue's own cost on the request apart from any scheduler's.
-    #[serde(default)]
-    pub unscheduled_queue: bool,
-    /// Write each request's start and end, and the queue's marks, to this file.
-    #[serde(default)]
-    pub marks: Option<PathBuf>,
-    /// Keep each request's latency in the result ([`LcResult::samples_us`]): a distribution
-    /// to pool over runs without the marks' own cost on the request.
-    #[serde(default)]
-    pub samples: bool,
 }
 
 impl LcSpec {
