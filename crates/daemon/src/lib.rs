@@ -27,6 +27,7 @@ pub mod mps;
 mod remote;
 mod requests;
 pub mod server;
+mod shared;
 pub mod state;
 pub mod trace;
 

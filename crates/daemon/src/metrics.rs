@@ -5,7 +5,7 @@
 //! command, busy fraction, bursts, gaps and GPU time in flight as its agent measured them, and
 //! per device and level the measured cost of stopping and restarting ([`crate::costs`]).
 
-use crate::server::Shared;
+use crate::shared::Shared;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -1,7 +1,7 @@
 //! One request on a client's socket (registration, hints, operator and RM-hook requests),
 //! answered under the state's lock.
 
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::state::Refusal;
 use xpreempt_core::sched::SchedEvent;
 use xpreempt_ipc::msg::{ClientMsg, DaemonMsg};

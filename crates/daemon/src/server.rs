@@ -1,6 +1,8 @@
 //! The daemon's threads: the socket's accept loop and one thread per connection, one fast-path
 //! thread per agent, and a ticker for timers and the watchdog.
 
+pub use crate::shared::{Config, PolicySpec};
+use crate::shared::{Shared, error_chain};
 use crate::state::{SchedulerFactory, State};
 use std::io;
 use std::net::SocketAddr;
@@ -9,72 +11,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use thiserror::Error;
 use xpreempt_bpf::{BpfHooks, LoadOptions};
 use xpreempt_core::sched::Scheduler;
 use xpreempt_core::{Nanos, policy};
-use xpreempt_ipc::shm::Segment;
-
-/// Which scheduler each device runs.
-#[derive(Clone, Debug)]
-pub enum PolicySpec {
-    /// A built-in policy by name (`hpf`, `fifo`, …).
-    Rust(String),
-    /// An eBPF program at the four hooks, over a built-in base policy.
-    Bpf { object: PathBuf, base: String },
-}
-
-impl std::fmt::Display for PolicySpec {
-    /// What operators are told runs: `hpf`, or `FILE.o (eBPF) over hpf`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PolicySpec::Rust(name) => f.write_str(name),
-            PolicySpec::Bpf { object, base } => {
-                write!(f, "{} (eBPF) over {base}", object.display())
-            }
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub socket: PathBuf,
-    /// The socket file's mode (default 0666: every local user may connect; permissions on
-    /// queues are checked per request).
-    pub socket_mode: u32,
-    /// Give the socket to this group (with a mode like 0660 to admit only its members).
-    pub socket_group: Option<u32>,
-    pub policy: PolicySpec,
-    /// How long an agent may stay silent while it has work before the watchdog acts.
-    pub watchdog: Duration,
-    /// Prometheus text exposition on this (loopback) address.
-    pub metrics: Option<SocketAddr>,
-    /// Start and own an MPS control daemon with its pipe and log directories here.
-    pub mps: Option<PathBuf>,
-    /// Write a timeline of queue states and suspensions here ([`crate::trace`]).
-    pub trace: Option<PathBuf>,
-    /// What clients can make the daemon hold.
-    pub limits: crate::limits::Limits,
-}
-
-impl Config {
-    pub fn new(socket: PathBuf) -> Self {
-        Self {
-            socket,
-            socket_mode: 0o666,
-            socket_group: None,
-            policy: PolicySpec::Rust("hpf".into()),
-            watchdog: Duration::from_millis(500),
-            metrics: None,
-            mps: None,
-            trace: None,
-            limits: crate::limits::Limits::default(),
-        }
-    }
-}
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
@@ -108,33 +51,6 @@ pub enum DaemonError {
     },
     #[error("starting a thread")]
     Thread(#[source] io::Error),
-}
-
-pub(crate) struct Shared {
-    state: Mutex<State>,
-    /// Every open connection, so that a stop closes them as a dying daemon's would be.
-    pub(crate) connections: Mutex<std::collections::BTreeMap<u64, UnixStream>>,
-    pub(crate) next_connection: std::sync::atomic::AtomicU64,
-    /// Open connections in all and per user, against `config.limits`.
-    pub(crate) admission: Mutex<crate::limits::Connections>,
-    /// Wakes the ticker when a decision moved the next timer earlier, or at shutdown.
-    pub(crate) ticker: Condvar,
-    pub(crate) shutdown: AtomicBool,
-    pub(crate) config: Config,
-}
-
-impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn is_stopping(&self) -> bool {
-        self.shutdown.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn admission(&self) -> MutexGuard<'_, crate::limits::Connections> {
-        self.admission.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 /// A running daemon; dropping it (or [`Daemon::stop`]) shuts it down and removes the socket.
@@ -377,17 +293,6 @@ impl Daemon {
     }
 }
 
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(c) = source {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        source = c.source();
-    }
-    s
-}
-
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.shutdown();
@@ -424,35 +329,6 @@ fn bind(config: &Config) -> Result<UnixListener, DaemonError> {
         std::os::unix::fs::chown(path, None, Some(gid)).map_err(err)?;
     }
     Ok(listener)
-}
-
-/// How long a fast-path thread spins on its doorbell before it sleeps in the kernel. The daemon
-/// is its own process, never the application's; 50 µs met the decision-latency goals on a
-/// 16-core H100 host and ten times longer bought nothing for up to 1.6 cores
-/// (docs/results/daemon-latency.md).
-const SPIN: Duration = Duration::from_micros(50);
-
-/// Sleeps on the agent's doorbell and decides on every state change it rings for.
-pub(crate) fn fast_path(shared: &Shared, id: u64, segment: &Segment, alive: &AtomicBool) {
-    let bell = &segment.header().to_daemon;
-    let mut seen = bell.value();
-    let mut rung = false;
-    while alive.load(Ordering::SeqCst) {
-        let mut st = shared.lock();
-        if rung {
-            st.stats.fast_path_wakeups += 1;
-        }
-        let before = st.run_timers();
-        st.take_reports(id);
-        let after = st.run_timers();
-        drop(st);
-        if after.is_some() && (before.is_none() || after < before) {
-            shared.ticker.notify_all();
-        }
-        let now = bell.wait(seen, SPIN, Duration::from_millis(100));
-        rung = now != seen;
-        seen = now;
-    }
 }
 
 /// Timers of the policies, and the watchdog.
