@@ -134,7 +134,6 @@ impl CostBook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xpreempt_ipc::shm::LATENCY_BOUNDS_NS;
     use xpreempt_types::histogram::Histogram;
 
     const S: Nanos = 1_000_000_000;
@@ -145,15 +144,7 @@ mod tests {
         for &v in values {
             h.record(v);
         }
-        let mut c = LatencyCounts {
-            count: h.count(),
-            sum_ns: h.sum() as u64,
-            ..LatencyCounts::default()
-        };
-        for (x, &bound) in c.below.iter_mut().zip(&LATENCY_BOUNDS_NS) {
-            *x = h.count_below(bound);
-        }
-        c
+        LatencyCounts::of(&h)
     }
 
     fn lat(suspend: &[u64], resume: &[u64]) -> Latencies {

@@ -200,15 +200,7 @@ mod tests {
         for &v in values {
             h.record(v);
         }
-        let mut c = LatencyCounts {
-            count: h.count(),
-            sum_ns: h.sum() as u64,
-            ..LatencyCounts::default()
-        };
-        for (x, &bound) in c.below.iter_mut().zip(&LATENCY_BOUNDS_NS) {
-            *x = h.count_below(bound);
-        }
-        c
+        LatencyCounts::of(&h)
     }
 
     #[test]

@@ -137,17 +137,28 @@ impl Default for LatencyCounts {
     }
 }
 
+impl LatencyCounts {
+    /// What a slot carries for `h` (values in ns).
+    pub fn of(h: &xpreempt_types::histogram::Histogram) -> Self {
+        let mut c = Self {
+            count: h.count(),
+            sum_ns: h.sum().min(u128::from(u64::MAX)) as u64,
+            ..Self::default()
+        };
+        h.counts_below(&LATENCY_BOUNDS_NS, &mut c.below);
+        c
+    }
+}
+
 impl Latencies {
     /// Publishes `h` (values in ns).
     pub fn store(&self, h: &xpreempt_types::histogram::Histogram) {
-        self.sum_ns
-            .store(h.sum().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
-        let mut below = [0; LATENCY_BUCKETS];
-        h.counts_below(&LATENCY_BOUNDS_NS, &mut below);
-        for (word, n) in self.below.iter().zip(below) {
+        let c = LatencyCounts::of(h);
+        self.sum_ns.store(c.sum_ns, Ordering::Relaxed);
+        for (word, n) in self.below.iter().zip(c.below) {
             word.store(n, Ordering::Relaxed);
         }
-        self.count.store(h.count(), Ordering::Release);
+        self.count.store(c.count, Ordering::Release);
     }
 
     /// No samples: a slot reused after an earlier queue, before its agent publishes.
