@@ -7,10 +7,12 @@
 //! The client is this test binary run again with `XPREEMPT_GPU_CHILD` set: the `child` test
 //! below is its entry point and does nothing in a normal run.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use common::{Client, cli};
+use std::io::{BufRead, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 use xpreempt_agent::{Agent, Declaration, Options};
 use xpreempt_core::{Command as GpuCommand, CommandProps, Hints, Level, QueueConfig};
@@ -85,67 +87,9 @@ fn child() {
     let _ = stdin.read_line(&mut line);
 }
 
-struct Client {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Client {
-    fn start(sock: &Path) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child",
-                "--nocapture",
-                "--test-threads=1",
-                "--quiet",
-            ])
-            .env(ROLE, sock)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the client starts");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Self {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    /// Waits for the client to say `what` (the harness prints lines of its own around it).
-    fn expect(&mut self, what: &str) {
-        loop {
-            let mut s = String::new();
-            assert_ne!(
-                self.stdout.read_line(&mut s).unwrap(),
-                0,
-                "the client ended before saying {what}"
-            );
-            if s.trim() == what {
-                return;
-            }
-        }
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The client's row in `xpreempt --json list`, run as a user runs it.
 fn listed(sock: &Path) -> Option<serde_json::Value> {
-    let o = Command::new(env!("CARGO_BIN_EXE_xpreempt"))
-        .args(["--json", "list", "--socket", sock.to_str().unwrap()])
-        .output()
-        .expect("run xpreempt");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let v = cli(&["list"], sock);
     v["queues"]
         .as_array()
         .unwrap()
@@ -207,7 +151,7 @@ fn list_and_metrics_show_what_a_client_s_queue_measured_of_its_gpu_time() {
     let daemon = Daemon::start(config).expect("daemon starts");
     let addr = daemon.metrics_addr().unwrap();
 
-    let mut client = Client::start(&sock);
+    let mut client = Client::start(ROLE, sock.to_str().unwrap());
     client.expect("bursts");
     // Published on the agent's next heartbeat: every command of the bursts measured.
     let all = (BURSTS * BURST_KERNELS) as u64;

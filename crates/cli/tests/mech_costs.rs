@@ -7,10 +7,13 @@
 //! The clients are this test binary run again with `XPREEMPT_COSTS_CHILD` set: the `child` test
 //! below is their entry point and does nothing in a normal run.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use common::{Client, cli};
+use std::io::{BufRead, Read, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 use xpreempt_agent::{Agent, Declaration, Options};
 use xpreempt_core::{Command as GpuCommand, CommandProps, Hints, Level, QueueConfig};
@@ -87,65 +90,6 @@ fn child() {
     let _ = std::io::stdin().lock().read_line(&mut line);
 }
 
-struct Client {
-    child: Child,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Client {
-    fn start(who: &str, sock: &Path) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child",
-                "--nocapture",
-                "--test-threads=1",
-                "--quiet",
-            ])
-            .env(ROLE, format!("{who}:{}", sock.display()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the client starts");
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Self { child, stdout }
-    }
-
-    /// Waits for the client to say `what` (the harness prints lines of its own around it).
-    fn expect(&mut self, what: &str) {
-        loop {
-            let mut s = String::new();
-            assert_ne!(
-                self.stdout.read_line(&mut s).unwrap(),
-                0,
-                "the client ended before saying {what}"
-            );
-            if s.trim() == what {
-                return;
-            }
-        }
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `xpreempt --json ARGS --socket SOCK`, run as a user runs it.
-fn cli(args: &[&str], sock: &Path) -> serde_json::Value {
-    let o = Command::new(env!("CARGO_BIN_EXE_xpreempt"))
-        .arg("--json")
-        .args(args)
-        .args(["--socket", sock.to_str().unwrap()])
-        .output()
-        .expect("run xpreempt");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).expect("one JSON object")
-}
-
 fn scrape(addr: SocketAddr) -> String {
     let mut conn = std::net::TcpStream::connect(addr).unwrap();
     conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
@@ -189,13 +133,13 @@ fn list_top_and_metrics_show_the_measured_stop_and_restart_of_each_level() {
     let daemon = Daemon::start(config).expect("daemon starts");
     let addr = daemon.metrics_addr().unwrap();
 
-    let mut low = Client::start("low", &sock);
+    let mut low = Client::start(ROLE, &format!("low:{}", sock.display()));
     low.expect("started");
     // Before any suspension every level is listed without a measurement.
     let before = cli(&["list"], &sock);
     let lv2 = mechanism(&before["costs"], "block_stop");
     assert!(lv2["stop"].is_null(), "nothing suspended yet: {lv2}");
-    let mut high = Client::start("high", &sock);
+    let mut high = Client::start(ROLE, &format!("high:{}", sock.display()));
     high.expect("started");
     high.expect("done");
     // Every suspension is over and recorded once the low queue's work is done.
