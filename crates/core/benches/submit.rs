@@ -42,7 +42,7 @@ fn submit(c: &mut Criterion) {
     c.bench_function("xqueue_submit_and_poll", |b| {
         b.iter(|| {
             now += 1;
-            let s = q.submit(&hal, Command::kernel(now), now).ok();
+            let s = q.submit(&hal, Command::kernel(now), || now).ok();
             black_box(s);
             black_box(q.poll(&hal, now).ok());
         })

@@ -64,7 +64,7 @@ impl<H: HwQueue> Driver<BoundQueue<H>> {
         let q = self.queue_mut(id).ok_or(DriveError::UnknownQueue(id))?;
         let kind = command.op.kind();
         let refused = q.refused;
-        let s = q.queue.submit(&q.hal, command, clock())?;
+        let s = q.queue.submit(&q.hal, command, clock)?;
         if refused {
             self.report(id, QueueReport::Retry, clock)?;
         }

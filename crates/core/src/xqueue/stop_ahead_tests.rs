@@ -81,11 +81,11 @@ fn assert_each_block_ran_once(dev: &RefDevice, hal: &Hal, seqs: std::ops::Range<
 #[test]
 fn a_launch_held_back_by_a_stop_ahead_runs_once_after_the_resume() {
     let (dev, hal, mut q) = setup();
-    q.submit(&hal, kernel(3), 0).unwrap();
+    q.submit(&hal, kernel(3), || 0).unwrap();
     assert!(hal.stop_ahead(), "work in flight: the stop goes ahead");
     observer(&hal).hold_launches.store(true, SeqCst);
     let held = q
-        .submit(&hal, kernel(2), 0)
+        .submit(&hal, kernel(2), || 0)
         .expect("a held launch is not an error");
     assert_eq!((held.seq, q.in_flight_len(), q.pending_len()), (1, 1, 1));
     // The watcher's poll finds it held back as well, and is not an error either.
@@ -106,7 +106,7 @@ fn a_launch_held_back_by_a_stop_ahead_runs_once_after_the_resume() {
 #[test]
 fn a_stop_ahead_is_taken_over_even_when_nothing_is_left_in_flight() {
     let (dev, hal, mut q) = setup();
-    q.submit(&hal, kernel(1), 0).unwrap();
+    q.submit(&hal, kernel(1), || 0).unwrap();
     assert!(hal.stop_ahead());
     // The one-block kernel ends at its boundary: nothing is in flight when the suspension looks.
     dev.advance_to(500);
@@ -119,7 +119,7 @@ fn a_stop_ahead_is_taken_over_even_when_nothing_is_left_in_flight() {
     );
     q.resume(&hal, 600).unwrap();
     // Without the reactivate the queue would stay stopped and this never run.
-    q.submit(&hal, kernel(2), 0).unwrap();
+    q.submit(&hal, kernel(2), || 0).unwrap();
     drain(&dev, &hal, &mut q, 700);
     assert_each_block_ran_once(&dev, &hal, 0..2);
 }
@@ -127,7 +127,7 @@ fn a_stop_ahead_is_taken_over_even_when_nothing_is_left_in_flight() {
 #[test]
 fn a_stop_ahead_on_a_queue_already_draining_is_taken_over() {
     let (dev, hal, mut q) = setup();
-    q.submit(&hal, kernel(4), 0).unwrap();
+    q.submit(&hal, kernel(4), || 0).unwrap();
     observer(&hal).fail_deactivate.store(true, SeqCst);
     assert!(q.suspend(&hal, 10).is_err(), "the failed stop is reported");
     assert!(q.is_suspended());
@@ -140,7 +140,7 @@ fn a_stop_ahead_on_a_queue_already_draining_is_taken_over() {
     );
     assert_eq!(observer(&hal).deactivates.load(SeqCst), 1);
     q.resume(&hal, 1_000).unwrap();
-    q.submit(&hal, kernel(1), 0).unwrap();
+    q.submit(&hal, kernel(1), || 0).unwrap();
     drain(&dev, &hal, &mut q, 1_000);
     assert_each_block_ran_once(&dev, &hal, 0..2);
 }

@@ -21,7 +21,7 @@ fn setup(level: Level, threshold: u32, batch: u32) -> (RefDevice, RefQueue, XQue
 #[test]
 fn submit_launches_directly_until_the_window_is_full() {
     let (dev, hal, mut q) = setup(Level::Lv1, 4, 2);
-    let first = q.submit(&hal, kernel(1, 100), 0).unwrap();
+    let first = q.submit(&hal, kernel(1, 100), || 0).unwrap();
     assert_eq!(
         first,
         Submitted {
@@ -33,7 +33,7 @@ fn submit_launches_directly_until_the_window_is_full() {
         }
     );
     for _ in 1..10 {
-        assert_eq!(q.submit(&hal, kernel(1, 100), 0).unwrap().report, None);
+        assert_eq!(q.submit(&hal, kernel(1, 100), || 0).unwrap().report, None);
     }
     assert_eq!((q.in_flight_len(), q.pending_len()), (4, 6));
     assert_eq!(dev.launch_order().len(), 4);
@@ -53,10 +53,10 @@ fn submit_launches_directly_until_the_window_is_full() {
 fn the_watcher_plan_waits_for_sync_points_then_the_tail() {
     let (_dev, hal, mut q) = setup(Level::Lv1, 4, 2);
     assert_eq!(q.wait_plan(), WaitPlan::Nothing);
-    q.submit(&hal, kernel(1, 10), 0).unwrap();
+    q.submit(&hal, kernel(1, 10), || 0).unwrap();
     assert_eq!(q.wait_plan(), WaitPlan::RecordSyncThenSynchronize(1));
     for _ in 0..5 {
-        q.submit(&hal, kernel(1, 10), 0).unwrap();
+        q.submit(&hal, kernel(1, 10), || 0).unwrap();
     }
     // Sync points after commands 1 and 3; the window is full with work pending.
     assert_eq!(q.wait_plan(), WaitPlan::Synchronize(2));
@@ -68,7 +68,7 @@ fn the_watcher_plan_waits_for_sync_points_then_the_tail() {
 fn a_waiter_gets_a_sync_point_that_covers_its_command() {
     let (_dev, hal, mut q) = setup(Level::Lv3, 8, 4);
     for _ in 0..6 {
-        q.submit(&hal, kernel(1, 10), 0).unwrap();
+        q.submit(&hal, kernel(1, 10), || 0).unwrap();
     }
     // Sync point after command 3 (watermark 4); nothing covers 4 and 5 yet.
     assert_eq!(q.sync_target(&hal, 2).unwrap(), Some(4));
@@ -90,7 +90,7 @@ fn a_waiter_gets_a_sync_point_that_covers_its_command() {
 #[test]
 fn idle_is_reported_even_when_suspend_or_resume_saw_the_last_completion() {
     let (dev, hal, mut q) = setup(Level::Lv1, 4, 2);
-    q.submit(&hal, kernel(1, 100), 0).unwrap();
+    q.submit(&hal, kernel(1, 100), || 0).unwrap();
     dev.advance_to(100);
     q.suspend(&hal, 100).unwrap(); // takes in the completion itself
     assert!(q.is_idle());
@@ -101,7 +101,7 @@ fn idle_is_reported_even_when_suspend_or_resume_saw_the_last_completion() {
     assert_eq!(q.poll(&hal, 100).unwrap(), None, "reported once");
 
     q.resume(&hal, 150).unwrap();
-    q.submit(&hal, kernel(1, 100), 0).unwrap();
+    q.submit(&hal, kernel(1, 100), || 0).unwrap();
     dev.advance_to(300);
     q.suspend(&hal, 300).unwrap();
     q.resume(&hal, 300).unwrap();
@@ -113,7 +113,7 @@ fn idle_is_reported_even_when_suspend_or_resume_saw_the_last_completion() {
 fn a_lv1_suspension_drains_the_window_and_measures_it() {
     let (dev, hal, mut q) = setup(Level::Lv1, 2, 1);
     for _ in 0..5 {
-        q.submit(&hal, kernel(1, 100), 0).unwrap();
+        q.submit(&hal, kernel(1, 100), || 0).unwrap();
     }
     assert!(q.suspend(&hal, 10).unwrap());
     assert!(!q.suspend(&hal, 10).unwrap(), "a second suspend is a no-op");
@@ -136,7 +136,7 @@ fn a_lv1_suspension_drains_the_window_and_measures_it() {
 #[test]
 fn lv3_stops_at_once_and_resumes_where_it_stopped() {
     let (dev, hal, mut q) = setup(Level::Lv3, 4, 2);
-    q.submit(&hal, kernel(2, 100), 0).unwrap();
+    q.submit(&hal, kernel(2, 100), || 0).unwrap();
     dev.advance_to(150);
     q.suspend(&hal, 150).unwrap();
     dev.advance_to(10_000);
@@ -163,7 +163,7 @@ fn the_level_is_capped_by_the_hardware() {
 #[test]
 fn a_refused_launch_gives_the_command_back() {
     let (_dev, hal, mut q) = setup(Level::Lv1, 4, 2);
-    let err = q.submit(&hal, kernel(0, 1), 0).unwrap_err();
+    let err = q.submit(&hal, kernel(0, 1), || 0).unwrap_err();
     assert!(matches!(err.source, HalError::Refused { .. }));
     assert!(matches!(
         err.command.op,
@@ -215,7 +215,7 @@ proptest! {
             match s {
                 Step::Submit { queue, blocks, block_ns, deactivatable } => {
                     let cmd = kernel(blocks, block_ns).with_props(CommandProps::new(false, deactivatable, false));
-                    qs[queue].submit(&hals[queue], cmd, 0).unwrap();
+                    qs[queue].submit(&hals[queue], cmd, || 0).unwrap();
                 }
                 Step::Suspend(i) => {
                     qs[i].suspend(&hals[i], now).unwrap();
@@ -289,7 +289,7 @@ proptest! {
         };
         for s in steps {
             let first = match s {
-                Step::Submit { blocks, block_ns, .. } => q.submit(&hal, kernel(blocks, block_ns), 0).unwrap().report,
+                Step::Submit { blocks, block_ns, .. } => q.submit(&hal, kernel(blocks, block_ns), || 0).unwrap().report,
                 Step::Suspend(_) => {
                     q.suspend(&hal, now).unwrap();
                     None
@@ -327,7 +327,7 @@ proptest! {
 fn a_window_found_empty_with_work_buffered_counts_as_run_dry_unless_suspended() {
     let (dev, hal, mut q) = setup(Level::Lv1, 4, 2);
     for _ in 0..20 {
-        q.submit(&hal, kernel(1, 100), 0).unwrap();
+        q.submit(&hal, kernel(1, 100), || 0).unwrap();
     }
     // Looked at only after the whole window completed: the device ran out of this queue's work.
     dev.advance_to(400);
@@ -383,7 +383,7 @@ fn a_gpu_time_window_bounds_long_commands_in_flight() {
             .with_gpu_window(250_000);
         let mut q = XQueue::new(hal.queue_id(), config, hal.max_level());
         for _ in 0..40 {
-            q.submit(&hal, kernel(1, block_ns), 0).unwrap();
+            q.submit(&hal, kernel(1, block_ns), || 0).unwrap();
         }
         // Nothing measured yet: one at a time, and that one carries the sync point.
         assert_eq!(q.in_flight_len(), 1, "{block_ns} ns commands");
@@ -402,7 +402,7 @@ fn a_gpu_time_window_bounds_long_commands_in_flight() {
 fn without_a_gpu_time_window_the_count_alone_bounds_the_window() {
     let (dev, hal, mut q) = setup(Level::Lv1, 16, 8);
     for _ in 0..40 {
-        q.submit(&hal, kernel(1, 1_000_000), 0).unwrap();
+        q.submit(&hal, kernel(1, 1_000_000), || 0).unwrap();
     }
     assert_eq!(run_to_idle(&dev, &hal, &mut q).max(q.in_flight_len()), 16);
     let gpu = q.stats().gpu.last_summary();

@@ -210,7 +210,7 @@ where
         let kind = command.op.kind();
         let (submitted, watcher_polls) = {
             let mut q = self.inner.lock();
-            match q.submit(&self.inner.hal, command, self.inner.now()) {
+            match q.submit(&self.inner.hal, command, || self.inner.now()) {
                 Ok(s) => {
                     // Work waiting for room needs the watcher at once to launch it.
                     let polls = self.inner.polling.load(Ordering::Relaxed) && q.pending_len() == 0;
