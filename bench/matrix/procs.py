@@ -149,8 +149,23 @@ class Env:
             if pipe:
                 stop_mps(pipe, self.env)
 
+    def mechanism_costs(self):
+        """The daemon's measured mechanism costs per device (`xpreempt --json list`'s `costs`),
+        read while the BE still runs; None without a daemon, the error where the read failed."""
+        if self.daemon is None:
+            return None
+        try:
+            out = subprocess.run([self.xp_bin, "--json", "list"], env=self.env, capture_output=True, text=True, timeout=10)
+            return json.loads(out.stdout).get("costs")
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            return {"error": str(e)[:200]}
+
     def job_env(self, job):
         env = dict(self.env)
+        if self.spec.get("mps") or self.spec.get("xp") == "mps":
+            # An MPS client sees the server's devices from 0; the runner's CUDA_VISIBLE_DEVICES
+            # (a GPU of a larger host) stays with the control daemon only.
+            env.pop("CUDA_VISIBLE_DEVICES", None)
         if self.spec.get("be_client_priority") and job["role"] == "BE":
             env["CUDA_MPS_CLIENT_PRIORITY"] = self.spec["be_client_priority"]
         if self.spec.get("be_thread_percentage") and job["role"] == "BE":
@@ -302,6 +317,7 @@ def execute(run, env, ctx, dirs):
                     p.wait(max(0.1, limit - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     raise EnvError(f"{j['name']} did not finish its window in {ctx['duration'] + ctx['lc_grace']:.0f} s") from None
+            record["xp_costs"] = env.mechanism_costs()
         else:
             w0 = time.monotonic()
             while time.monotonic() - w0 < ctx["duration"]:

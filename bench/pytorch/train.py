@@ -6,7 +6,8 @@ with momentum, on a fixed pool of synthetic batches. Fixed seeds and determinist
 the SHA-256 of the weights after --check-steps steps is identical run to run and must stay
 identical under an interposer. (Two layers whose backward PyTorch implements with atomics are
 replaced by deterministic equivalents of the same shape: the 3x3/2 max pool by a 2x2/2 max pool,
-the adaptive average pool by a mean; anything else PyTorch flags is listed in the JSON.)
+the adaptive average pool by a mean; ViT's attention runs on the math backend; anything else
+PyTorch flags is listed in the JSON.)
 
 With $XP_GREEN_KEEP_FREE and $XP_GREEN_LIB (libgreen.so of bench/cuda/green_probe.cu) the steps run
 on a stream of a green context holding all SMs but that many (SM confinement).
@@ -77,6 +78,11 @@ def main():
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # ViT's attention: the flash and memory-efficient backward passes accumulate with atomics
+    # (only a warning under warn_only), so its weights drifted under GPU sharing; the math
+    # backend is deterministic.
+    for backend in ("flash", "mem_efficient", "cudnn"):
+        getattr(torch.backends.cuda, f"enable_{backend}_sdp", lambda _on: None)(False)
     flagged = set()
     warnings.simplefilter("always")
     orig_showwarning = warnings.showwarning

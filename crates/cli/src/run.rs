@@ -190,6 +190,9 @@ pub fn plan(args: &Args, shim: &Path, scheduler: &Scheduler, driver: Driver) -> 
         } else {
             notes.push(format!("over the daemon's MPS ({pipe})"));
         }
+        notes.extend(mps_visible_devices_note(
+            std::env::var_os("CUDA_VISIBLE_DEVICES").as_deref(),
+        ));
     }
     env.push(("XPREEMPT_LEVEL", level.to_string().into()));
     if args.pass_through {
@@ -283,6 +286,18 @@ pub fn run(args: &Args) -> Result<()> {
     std::process::exit(code);
 }
 
+/// An MPS client sees the devices of the MPS server, numbered from 0, so a CUDA_VISIBLE_DEVICES
+/// meant for the whole machine can leave the program with no device: say so where it is set.
+fn mps_visible_devices_note(visible: Option<&std::ffi::OsStr>) -> Option<String> {
+    visible.map(|v| {
+        format!(
+            "CUDA_VISIBLE_DEVICES={} is set, but an MPS client sees only the devices of the \
+             daemon's MPS server, numbered from 0: if the program finds no CUDA device, unset it \
+             for the program and set it for `xpreempt daemon --mps` instead",
+            v.to_string_lossy()
+        )
+    })
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +320,14 @@ mod tests {
             .iter()
             .find(|(k, _)| *k == key)
             .map(|(_, v)| v.to_str().unwrap())
+    }
+
+    #[test]
+    fn an_mps_client_with_visible_devices_set_is_told_what_they_mean_there() {
+        assert_eq!(mps_visible_devices_note(None), None);
+        let note = mps_visible_devices_note(Some(std::ffi::OsStr::new("1"))).unwrap();
+        assert!(note.starts_with("CUDA_VISIBLE_DEVICES=1 is set"), "{note}");
+        assert!(note.contains("xpreempt daemon --mps"), "{note}");
     }
 
     #[test]
