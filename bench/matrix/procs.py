@@ -162,10 +162,10 @@ class Env:
 
     def job_env(self, job):
         env = dict(self.env)
-        if self.spec.get("mps") or self.spec.get("xp") == "mps":
-            # An MPS client sees the server's devices from 0; the runner's CUDA_VISIBLE_DEVICES
-            # (a GPU of a larger host) stays with the control daemon only.
-            env.pop("CUDA_VISIBLE_DEVICES", None)
+        if (self.spec.get("mps") or self.spec.get("xp") == "mps") and "CUDA_VISIBLE_DEVICES" in env:
+            # An MPS client numbers the server's devices from 0; the runner's GPU of a larger
+            # host is the control daemon's to select. (Unset, PyTorch counts the host's GPUs.)
+            env["CUDA_VISIBLE_DEVICES"] = "0"
         if self.spec.get("be_client_priority") and job["role"] == "BE":
             env["CUDA_MPS_CLIENT_PRIORITY"] = self.spec["be_client_priority"]
         if self.spec.get("be_thread_percentage") and job["role"] == "BE":

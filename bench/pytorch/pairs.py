@@ -170,10 +170,10 @@ class Env:
     def process_env(self, role):
         env = dict(self.base)
         env["PYTHONUNBUFFERED"] = "1"
-        if self.mps_dir or self.mode == "xp_mps":
-            # An MPS client sees the server's devices from 0; CUDA_VISIBLE_DEVICES (a GPU of a
-            # larger host) stays with the control daemon only.
-            env.pop("CUDA_VISIBLE_DEVICES", None)
+        if (self.mps_dir or self.mode == "xp_mps") and "CUDA_VISIBLE_DEVICES" in env:
+            # An MPS client numbers the server's devices from 0; the GPU of a larger host is the
+            # control daemon's to select. (Unset, PyTorch counts the host's GPUs.)
+            env["CUDA_VISIBLE_DEVICES"] = "0"
         if self.mode in GREEN_MODES and role == "low":
             env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
             env["XP_GREEN_KEEP_FREE"] = self.mode.removeprefix("mps_green")  # read by train.py
