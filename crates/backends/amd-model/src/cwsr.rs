@@ -12,43 +12,9 @@
 use crate::config::us;
 use crate::device::{Gpu, MqdState, Pending, SavedWg, TransitionRecord};
 use crate::error::ModelError;
-use serde::{Deserialize, Serialize};
+use crate::unmap::{After, DestroyMode, Snapshot, Unmap};
 use std::collections::BTreeMap;
 use xpreempt_types::{Nanos, QueueId};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DestroyMode {
-    WavefrontSave,
-    Drain,
-    Reset,
-}
-
-/// What the queue becomes once its HQD is free.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum After {
-    /// An explicit preemption: stays off until resumed.
-    Preempted,
-    /// An oversubscription rotation: waits in line for the next free HQD.
-    Waiting,
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct Unmap {
-    pub mode: DestroyMode,
-    pub after: After,
-    pub since: Nanos,
-    /// Wave slots that stay busy until the save or kill finishes, per CU.
-    pub hold: Vec<(u32, u32)>,
-}
-
-/// What `checkpoint_mqd` keeps: the MQD's view of the ring, to check on restore that nothing
-/// moved it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Snapshot {
-    pub read_id: u64,
-    pub write_id: u64,
-}
 
 impl Gpu {
     /// `checkpoint_mqd`: remembers the queue's ring position for the restore.

@@ -88,7 +88,7 @@ pub(crate) struct SavedWg {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pending {
-    Preempt(crate::cwsr::DestroyMode),
+    Preempt(crate::unmap::DestroyMode),
     Resume,
 }
 
@@ -117,12 +117,12 @@ pub struct Hq {
     /// Bumped at every map/unmap start, so stale completion and timeout events are ignored.
     pub(crate) generation: u32,
     pub(crate) pending: Option<Pending>,
-    pub(crate) unmap: Option<crate::cwsr::Unmap>,
+    pub(crate) unmap: Option<crate::unmap::Unmap>,
     pub(crate) map_since: Nanos,
     pub(crate) map_cost: Nanos,
     pub(crate) mapped_since: Nanos,
-    pub(crate) snapshot: Option<crate::cwsr::Snapshot>,
-    pub(crate) last_mode: Option<crate::cwsr::DestroyMode>,
+    pub(crate) snapshot: Option<crate::unmap::Snapshot>,
+    pub(crate) last_mode: Option<crate::unmap::DestroyMode>,
     pub(crate) restore_ns: Nanos,
     pub(crate) completed: u64,
     /// What the running map is, for the transition log: "map" or "resume".

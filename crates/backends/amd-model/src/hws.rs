@@ -6,9 +6,9 @@
 //! every XCC in `xcc_mask`.
 
 use crate::config::us;
-use crate::cwsr::{After, DestroyMode};
 use crate::device::{Ev, Gpu, MqdState, Pending};
 use crate::error::ModelError;
+use crate::unmap::{After, DestroyMode};
 use xpreempt_types::{Priority, QueueId};
 
 impl Gpu {

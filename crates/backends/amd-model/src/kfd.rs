@@ -6,10 +6,10 @@
 //! is only read by software schedulers.
 
 use crate::compute::CuMask;
-use crate::cwsr::DestroyMode;
 use crate::device::{Gpu, MqdState};
 use crate::error::ModelError;
 use crate::ring::Ring;
+use crate::unmap::DestroyMode;
 use xpreempt_types::{Priority, ProcessId, QueueId};
 
 /// Who makes a call.

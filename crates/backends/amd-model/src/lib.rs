@@ -22,10 +22,11 @@ pub mod rng;
 pub mod scheme_a;
 pub mod sim;
 pub mod trace;
+pub mod unmap;
 
 pub use config::{CwsrCost, GpuConfig, KernelCode};
-pub use cwsr::DestroyMode;
 pub use device::{Gpu, GpuStats, HqdStats, MqdState};
 pub use error::ModelError;
 pub use hal::{AmdHal, AmdKernel};
 pub use kfd::{Caller, QueueProps};
+pub use unmap::DestroyMode;

@@ -7,9 +7,9 @@
 //! becomes the highest with work is served at the first check after that: its detection delay
 //! is at most one check interval.
 
-use crate::cwsr::DestroyMode;
 use crate::device::Gpu;
 use crate::kfd::Caller;
+use crate::unmap::DestroyMode;
 use serde::Serialize;
 use xpreempt_types::histogram::Histogram;
 use xpreempt_types::{Nanos, Priority, QueueId};
