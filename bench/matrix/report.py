@@ -137,9 +137,48 @@ def summarize(runs, scenarios):
                     "jobs": [{k: j[k] for k in ("name", "workload", "args", "role", "priority", "key")} for j in s["jobs"]],
                     "modes": modes})
     _references(out)
+    for s in out:
+        s["harm"] = _harm(s["modes"])
     jobs = {j["key"]: {"workload": j["workload"], "args": j["args"]} for s in scenarios for j in s["jobs"]}
     return {"alone": {k: {**v, "p99_ci_ms": list(v["p99_ci_ms"]) if v["p99_ci_ms"] else None} for k, v in alone.items()},
             "jobs": jobs, "scenarios": out}
+
+
+def _harm(modes):
+    """The goal "do no harm" for each xpreempt mode of a scenario with an LC and a BE: the
+    baselines (modes without xpreempt) better on both axes at once (lower worst LC p99 × alone and
+    higher lowest BE ÷ alone); and, where protection buys the LC nothing (native's worst LC
+    service p99 within 5 % of alone's), whether the BE keeps ≥ 0.95 × native's."""
+    measured = [m for m in modes if m["mode"] != "alone" and m["lc_p99_x_alone_worst"] is not None
+                and m["be_x_alone_min"] is not None]
+    xp = [m for m in measured if MODES[m["mode"]].get("xp")]
+    baselines = [m for m in measured if not MODES[m["mode"]].get("xp")]
+    if not xp or not baselines:
+        return None
+    beaten = {m["mode"]: [b["mode"] for b in baselines
+                          if b["lc_p99_x_alone_worst"] < m["lc_p99_x_alone_worst"] and b["be_x_alone_min"] > m["be_x_alone_min"]]
+              for m in xp}
+    native = next((m for m in measured if m["mode"] == "native"), None)
+    out = {"beaten_by": beaten, "gains_nothing": None, "be_floor": None, "be_floor_met": None}
+    if native is not None and native["lc_service_p99_x_alone_worst"] is not None:
+        out["gains_nothing"] = native["lc_service_p99_x_alone_worst"] <= 1.05
+        if out["gains_nothing"]:
+            out["be_floor"] = _r(0.95 * native["be_x_alone_min"])
+            out["be_floor_met"] = {m["mode"]: m["be_x_alone_min"] >= out["be_floor"] for m in xp}
+    return out
+
+
+def _harm_lines(h):
+    if not h:
+        return []
+    parts = [f"{mode}: beaten on both axes by {', '.join(by)}" if by else f"{mode}: no baseline better on both axes"
+             for mode, by in h["beaten_by"].items()]
+    lines = ["", "Do no harm (worst LC p99 × alone, lowest BE ÷ alone): " + "; ".join(parts) + "."]
+    if h["gains_nothing"]:
+        met = "; ".join(f"{mode} {'met' if ok else 'missed'}" for mode, ok in h["be_floor_met"].items())
+        lines.append(f"Native's LC service p99 is within 5 % of alone's, so protection buys the LC nothing: "
+                     f"BE ≥ 0.95 × native = {h['be_floor']:.2f}: {met}.")
+    return lines
 
 
 def _references(out):
@@ -219,6 +258,7 @@ def markdown(summary, meta):
                 ok = m["be_x_alone_min"] is not None and m["be_x_alone_min"] >= m["be_goal"]
                 lines.append(f"| {m['mode']} | goal | BE ≥ {m['be_goal']:.2f} | | | | | | | "
                              f"{'met' if ok else 'missed'} | Σu {m['lc_u_sum']:.2f} | | |")
+        lines += _harm_lines(s.get("harm"))
         failures = sorted({f for m in s["modes"] for x in m["rows"] for f in x["failures"] if f})
         if failures:
             lines += ["", "Failures: " + "; ".join(failures)]

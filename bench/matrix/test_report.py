@@ -103,6 +103,42 @@ class Summary(unittest.TestCase):
         self.assertIn("Failures: boom", md)
 
 
+class DoNoHarm(unittest.TestCase):
+    """The goal's two checks, on a pair where a baseline beats xp and the LC gains nothing."""
+
+    SCEN = validate({
+        "jobs": {"lc": {"workload": "cuda-lc"}, "be": {"workload": "cuda-be"}},
+        "scenarios": [{"name": "pair", "modes": ["native", "mps_prio", "xp", "xp_mps"],
+                       "jobs": [{"job": "lc", "role": "LC", "priority": 10}, {"job": "be", "role": "BE", "priority": 0}]}]})
+
+    def harm(self, native_lc):
+        base = [float(i % 100 + 1) for i in range(1000)]
+        by_mode = {"native": (native_lc, 100.0), "mps_prio": (1.5, 90.0), "xp": (2.0, 50.0), "xp_mps": (1.2, 96.0)}
+        out = []
+        for r in (1, 2, 3):
+            out.append({"id": f"r{r}-a1", "round": r, "scenario": "alone", "mode": "alone", "jobs": {LC_KEY: lc(base)}})
+            out.append({"id": f"r{r}-a2", "round": r, "scenario": "alone", "mode": "alone", "jobs": {BE_KEY: be(100.0)}})
+            for mode, (x, tput) in by_mode.items():
+                out.append({"id": f"r{r}-{mode}", "round": r, "scenario": "pair", "mode": mode,
+                            "jobs": {"lc": lc([v * x for v in base]), "be": be(tput)}})
+        summary = summarize(out, self.SCEN)
+        return summary["scenarios"][0]["harm"], markdown(summary, {})
+
+    def test_a_baseline_better_on_both_axes_is_named(self):
+        h, md = self.harm(native_lc=3.0)
+        self.assertEqual(h["beaten_by"], {"xp": ["mps_prio"], "xp_mps": []})
+        self.assertFalse(h["gains_nothing"])
+        self.assertIn("xp: beaten on both axes by mps_prio", md)
+        self.assertIn("xp_mps: no baseline better on both axes", md)
+
+    def test_where_the_lc_gains_nothing_the_be_must_keep_native_s_share(self):
+        h, md = self.harm(native_lc=1.02)
+        self.assertTrue(h["gains_nothing"])
+        self.assertAlmostEqual(h["be_floor"], 0.95)
+        self.assertEqual(h["be_floor_met"], {"xp": False, "xp_mps": True})
+        self.assertIn("BE ≥ 0.95 × native = 0.95: xp missed; xp_mps met", md)
+
+
 class Svg(unittest.TestCase):
     def test_the_plot_is_xml_with_a_point_per_mode(self):
         text = pareto_svg("pair <&>", [("native", 3.0, 0.9, (2.5, 3.5)), ("xp", 1.1, 0.52, None), ("mps", 4.0, 0.5, None),
