@@ -78,9 +78,9 @@ def main():
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True, warn_only=True)
-    # ViT's attention: the flash and memory-efficient backward passes accumulate with atomics
-    # (only a warning under warn_only), so its weights drifted under GPU sharing; the math
-    # backend is deterministic.
+    # ViT's attention on the math backend: the flash and memory-efficient backward passes are
+    # not deterministic, and warn_only only warns. ViT's weights still differed from the other
+    # runs' in 2 of 28 runs on an H200, one of them alone (docs/results/h200-torch-pairs.md).
     for backend in ("flash", "mem_efficient", "cudnn"):
         getattr(torch.backends.cuda, f"enable_{backend}_sdp", lambda _on: None)(False)
     flagged = set()
