@@ -93,6 +93,13 @@ pub struct Client {
     pub seat: Option<Seat>,
 }
 
+impl Client {
+    /// One of its segment's slots, where it has a segment and the slot exists.
+    pub fn slot(&self, slot: u32) -> Option<&xpreempt_ipc::shm::Slot> {
+        self.segment.as_ref()?.slot(slot)
+    }
+}
+
 struct QueueEntry {
     client: u64,
     slot: u32,
@@ -348,12 +355,7 @@ impl State {
             })
             .collect();
         for (client, slot) in quiet {
-            if let Some(s) = self
-                .clients
-                .get(&client)
-                .and_then(|c| c.segment.as_ref())
-                .and_then(|seg| seg.slot(slot))
-            {
+            if let Some(s) = self.clients.get(&client).and_then(|c| c.slot(slot)) {
                 // Cleared before the report is read: a Ready stored after this read rings.
                 s.set_quiet(Quiet::Loud);
             }

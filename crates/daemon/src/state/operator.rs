@@ -102,7 +102,7 @@ impl State {
                 let Some(c) = self.clients.get(&e.client) else {
                     continue;
                 };
-                let slot = c.segment.as_ref().and_then(|s| s.slot(e.slot));
+                let slot = c.slot(e.slot);
                 let load32 = |f: fn(&xpreempt_ipc::shm::Slot) -> &std::sync::atomic::AtomicU32| {
                     slot.map_or(0, |s| f(s).load(Ordering::Relaxed))
                 };
@@ -137,12 +137,7 @@ impl State {
     pub fn latencies(&self) -> BTreeMap<QueueId, (LatencyCounts, LatencyCounts)> {
         let mut out = BTreeMap::new();
         for (&queue, e) in &self.queues {
-            let slot = self
-                .clients
-                .get(&e.client)
-                .and_then(|c| c.segment.as_ref())
-                .and_then(|s| s.slot(e.slot));
-            if let Some(s) = slot {
+            if let Some(s) = self.clients.get(&e.client).and_then(|c| c.slot(e.slot)) {
                 out.insert(queue, (s.suspend_latency.load(), s.resume_latency.load()));
             }
         }
@@ -157,12 +152,7 @@ impl State {
             return;
         };
         for (&queue, e) in &self.queues {
-            let slot = self
-                .clients
-                .get(&e.client)
-                .and_then(|c| c.segment.as_ref())
-                .and_then(|s| s.slot(e.slot));
-            if let Some(s) = slot {
+            if let Some(s) = self.clients.get(&e.client).and_then(|c| c.slot(e.slot)) {
                 trace.gpu(e.device, queue, now, &s.gpu.load());
             }
         }
