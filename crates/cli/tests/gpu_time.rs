@@ -9,9 +9,8 @@
 
 mod common;
 
-use common::{Client, cli};
-use std::io::{BufRead, Read, Write};
-use std::net::SocketAddr;
+use common::{Client, cli, scrape};
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use xpreempt_agent::{Agent, Declaration, Options};
@@ -116,14 +115,6 @@ fn wait_row(sock: &Path, what: &str, f: impl Fn(&serde_json::Value) -> bool) -> 
 
 fn ns(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a duration: {v}"))
-}
-
-fn scrape(addr: SocketAddr) -> String {
-    let mut conn = std::net::TcpStream::connect(addr).unwrap();
-    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut text = String::new();
-    conn.read_to_string(&mut text).unwrap();
-    text
 }
 
 /// The client's sample of `name`, if the metrics have one.

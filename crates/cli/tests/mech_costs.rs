@@ -9,9 +9,8 @@
 
 mod common;
 
-use common::{Client, cli};
-use std::io::{BufRead, Read, Write};
-use std::net::SocketAddr;
+use common::{Client, cli, scrape};
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -88,14 +87,6 @@ fn child() {
     println!("done");
     let mut line = String::new();
     let _ = std::io::stdin().lock().read_line(&mut line);
-}
-
-fn scrape(addr: SocketAddr) -> String {
-    let mut conn = std::net::TcpStream::connect(addr).unwrap();
-    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut text = String::new();
-    conn.read_to_string(&mut text).unwrap();
-    text
 }
 
 /// The value of the sample of `name` whose labels include every one of `labels`.

@@ -3,7 +3,8 @@
 // Each test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
@@ -71,4 +72,13 @@ pub fn cli(args: &[&str], sock: &Path) -> serde_json::Value {
         .expect("run xpreempt");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).expect("one JSON object")
+}
+
+/// The daemon's `/metrics` answer, head and body.
+pub fn scrape(addr: SocketAddr) -> String {
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).unwrap();
+    text
 }
