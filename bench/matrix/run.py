@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from procs import Env, EnvError, base_env, execute, kill_live, log, short_dir  # noqa: E402
 from report import load_runs, markdown, summarize  # noqa: E402
-from scenarios import MODES, ROOT, WORKLOADS, ScenarioError, estimate_s, load, plan, select  # noqa: E402
+from scenarios import MODES, ROOT, WORKLOADS, ScenarioError, estimate_s, load, plan, runs_mode, select  # noqa: E402
 from svg import pareto_svg  # noqa: E402
 
 
@@ -157,6 +157,11 @@ def main(argv=None):
         scenarios = select(load(args.scenarios), args.only)
     except (ScenarioError, OSError) as e:
         sys.exit(f"run.py: {e}")
+    if args.modes:
+        idle = [m for m in args.modes.split(",") if m != "alone" and not any(runs_mode(s, m) for s in scenarios)]
+        if idle:
+            sys.exit(f"run.py: --modes {', '.join(idle)}: no selected scenario runs it (give the mode a "
+                     "`variant_of` in scenarios.MODES, or a scenario `modes` that names it)")
     runs = plan(scenarios, args.rounds, args.modes.split(",") if args.modes else None)
     command = " ".join(["python3", "bench/matrix/run.py"] + (argv if argv is not None else sys.argv[1:]))
     if args.dry_run:

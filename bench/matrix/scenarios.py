@@ -55,7 +55,7 @@ MODES = {
     "mps_prio": {"mps": True, "be_client_priority": "1"},
     "xp": {"xp": "plain"},
     "xp_mps": {"xp": "mps"},
-    "xp_lv1": {"xp": "plain", "run_args": ["--level", "1"]},
+    "xp_lv1": {"xp": "plain", "run_args": ["--level", "1"], "variant_of": "xp"},
     "mps_prio_be50": {"mps": True, "be_client_priority": "1", "be_thread_percentage": "50",
                       "variant_of": "mps_prio"},
     "xp_mps_be50": {"xp": "mps", "be_thread_percentage": "50", "variant_of": "xp_mps"},

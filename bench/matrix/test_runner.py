@@ -128,6 +128,20 @@ class Runner(unittest.TestCase):
         modes = {m["mode"]: m for m in s["scenarios"][0]["modes"]}
         self.assertEqual(modes["xp_mps"]["rows"][1]["runs_ok"], 1)
 
+    def test_a_mode_asked_for_that_no_scenario_runs_is_refused(self):
+        sc = scenario_file(self.dir, [{"name": "pair", "modes": ["native"], "jobs": [
+            {"job": "lc", "role": "LC", "priority": 10}, {"job": "be", "role": "BE", "priority": 0}]}])
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            with self.assertRaises(SystemExit) as e:
+                runner.main(["--scenarios", sc, "--dry-run", "--modes", "native,xp_mps"])
+        self.assertIn("xp_mps: no selected scenario runs it", str(e.exception.code))
+        # A variant runs wherever the mode it varies runs: xp_lv1 beside xp.
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()) as out:
+            sc = scenario_file(self.dir, [{"name": "pair", "modes": ["xp"], "jobs": [
+                {"job": "lc", "role": "LC", "priority": 10}, {"job": "be", "role": "BE", "priority": 0}]}])
+            self.assertEqual(runner.main(["--scenarios", sc, "--dry-run", "--modes", "xp,xp_lv1"]), 0)
+        self.assertIn("xp_lv1", out.getvalue())
+
     def test_base_modes_run_the_other_build_in_the_same_rounds(self):
         base = os.path.join(self.dir, "base_xpreempt.py")
         shutil.copy(os.path.join(HERE, "testdata", "fake_xpreempt.py"), base)
