@@ -182,7 +182,9 @@ def _harm_lines(h):
 
 
 def _references(out):
-    """p99 x reference: an LC's p99 over the same job's p99 in the reference scenario's mode."""
+    """p99 x reference: an LC's p99 over the same job's p99 in the reference scenario's mode, from
+    arrival and at the service tail (a floor whose queue grows without bound has no finite p99
+    from arrival, only a service tail)."""
     by_name = {s["name"]: s for s in out}
     for s in out:
         ref = s["reference"]
@@ -200,6 +202,7 @@ def _references(out):
                 tr = next((x for x in tm["rows"] if x["job"] == row["job"]), None) if tm else None
                 if row["role"] == "LC" and tr is not None:
                     row["p99_x_ref"] = _r(ratio(row["p99_ms"], tr["p99_ms"]))
+                    row["service_p99_x_ref"] = _r(ratio(row.get("service_p99_ms"), tr.get("service_p99_ms")))
                     row["ref"] = f"{ref['scenario']}/{ref_mode}"
 
 
@@ -251,7 +254,8 @@ def markdown(summary, meta):
                     (_f(x.get("p99_x_alone")) + (f" [{_f(ci[0])}–{_f(ci[1])}]" if ci else "")) if lc else "",
                     f"{_f(x.get('service_p50_ms'))}/{_f(x.get('service_p99_ms'))}" if lc else "",
                     _f(x.get("service_p99_x_alone")) if lc else "",
-                    (_f(x.get("p99_x_ref")) + f" ({x['ref']})") if x.get("p99_x_ref") is not None else "",
+                    (f"{_f(x.get('p99_x_ref'))}, service {_f(x.get('service_p99_x_ref'))} ({x['ref']})")
+                    if x.get("p99_x_ref") is not None else "",
                     be, _f(x.get("u_alone")) if lc else "", x["correct"], f"{x['runs_ok']}/{x['runs']}",
                 ]) + " |")
             if m["be_goal"] is not None and m["mode"] != "alone":

@@ -93,7 +93,9 @@ class Summary(unittest.TestCase):
     def test_reference_ratio(self):
         row = self.modes["native"]["rows"][0]
         self.assertAlmostEqual(row["p99_x_ref"], 3.0)
+        self.assertAlmostEqual(row["service_p99_x_ref"], 3.0)
         self.assertEqual(row["ref"], "solo-lc/native")
+        self.assertIn("| 3.00, service 3.00 (solo-lc/native) |", markdown(self.s, {}))
 
     def test_markdown_has_a_row_per_mode_and_job(self):
         md = markdown(self.s, {"date": "d", "rounds": 3})
