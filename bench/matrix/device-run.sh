@@ -4,7 +4,7 @@
 # time, its results copied to $OUT in four files: log.txt, summary.md, summary.json and
 # matrix.tgz (plots/, runs/, raw/, logs/, calibrate.json, state.json).
 #
-#   MATRIX_ARGS="--only torch-pairs" bash bench/matrix/device-run.sh
+#   MATRIX_ARGS="--only r50-vit" bash bench/matrix/device-run.sh
 #   MATRIX_ARGS="--only cuda-pairs,levels --duration 2" bash bench/matrix/device-run.sh
 #
 # No run starts after MATRIX_DEADLINE seconds (default 540) and the runner is stopped with SIGTERM

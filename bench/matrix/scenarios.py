@@ -26,14 +26,16 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 # ("cuda", MODE) for bench/matrix/cuda/work.cu's MODE. `roles`: what it may be in a scenario.
 # `lc`: it measures a latency window (takes --duration as the window and --start-after);
 # otherwise it runs until stopped and reports progress marks. `startup_s`: what the plan's time
-# estimate assumes for starting and warming up. `alone_args`: extra arguments in alone runs only.
+# estimate assumes for starting and warming up (the PyTorch jobs' from their runs on an H200: a
+# run took its window plus 11 s beside ResNet-50, 20 s beside GPT-2). `alone_args`: extra
+# arguments in alone runs only, which take `alone_extra_s` longer.
 WORKLOADS = {
     "resnet50-graph": {"program": "bench/pytorch/infer.py", "base": ["--model", "resnet50"], "roles": ["LC"],
-                       "lc": True, "startup_s": 8.0},
+                       "lc": True, "startup_s": 10.5},
     "gpt2-decode": {"program": "bench/matrix/decode.py", "base": [], "roles": ["LC"], "lc": True,
-                    "startup_s": 9.0, "alone_args": ["--gpu-time"]},
+                    "startup_s": 18.0, "alone_args": ["--gpu-time"], "alone_extra_s": 5.0},
     "cuda-lc": {"program": ("cuda", "lc"), "base": [], "roles": ["LC"], "lc": True, "startup_s": 0.6},
-    "train": {"program": "bench/pytorch/train.py", "base": [], "roles": ["BE"], "lc": False, "startup_s": 8.0,
+    "train": {"program": "bench/pytorch/train.py", "base": [], "roles": ["BE"], "lc": False, "startup_s": 9.0,
               "stop_s": 2.0},
     "cuda-be": {"program": ("cuda", "be"), "base": [], "roles": ["BE"], "lc": False, "startup_s": 0.6},
     "cuda-persistent": {"program": ("cuda", "persistent"), "base": [], "roles": ["BE"], "lc": False,
@@ -278,6 +280,8 @@ def estimate_s(runs, duration):
     for r in runs:
         info = [WORKLOADS[j["workload"]] for j in r["jobs"]]
         total += max(i["startup_s"] for i in info) + duration + max(i.get("stop_s", 0.5) for i in info)
+        if r["mode"] == "alone":
+            total += max(i.get("alone_extra_s", 0.0) for i in info)
         m = MODES[r["mode"]]
         if (m.get("mps") or m.get("xp")) and (r["round"], r["mode"]) not in groups:
             groups.add((r["round"], r["mode"]))
