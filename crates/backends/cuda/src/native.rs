@@ -84,6 +84,19 @@ impl Drop for Event {
     }
 }
 
+/// A new non-blocking stream of `device` at CUDA priority `priority`; the caller destroys it.
+pub(crate) fn create_stream(device: &Device, priority: i32) -> Result<sys::CUstream> {
+    device.bind()?;
+    let mut raw: sys::CUstream = std::ptr::null_mut();
+    // SAFETY: `raw` is a live local; the device's context is current (bound above).
+    cu!(cuStreamCreateWithPriority(
+        &mut raw,
+        sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+        priority
+    ))?;
+    Ok(raw)
+}
+
 /// A non-blocking CUDA stream of a given priority, synchronized and destroyed on drop.
 pub struct Stream {
     raw: sys::CUstream,
@@ -104,13 +117,7 @@ impl Stream {
     pub fn new(device: &Arc<Device>, priority: i32) -> Result<Self> {
         device.bind()?;
         let done = Event::new(device)?;
-        let mut raw: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: `raw` is a live local; the device's context is current.
-        cu!(cuStreamCreateWithPriority(
-            &mut raw,
-            sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-            priority
-        ))?;
+        let raw = create_stream(device, priority)?;
         Ok(Self {
             raw,
             done,

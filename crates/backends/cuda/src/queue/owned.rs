@@ -5,22 +5,14 @@
 use super::{CudaQueue, CudaQueueConfig};
 use crate::driver::Device;
 use crate::entry::CUDARC;
-use crate::error::{Result, cu};
-use cudarc::driver::sys;
+use crate::error::Result;
 use std::sync::Arc;
 
 impl CudaQueue {
     /// A queue on a new non-blocking stream of `device` at CUDA stream priority `priority`
     /// (smaller is higher; see `Device::stream_priority_range`).
     pub fn on_device(device: Arc<Device>, priority: i32, cfg: CudaQueueConfig) -> Result<Self> {
-        device.bind()?;
-        let mut stream: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: `stream` is a live local; the device's context is current (bound above).
-        cu!(cuStreamCreateWithPriority(
-            &mut stream,
-            sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-            priority
-        ))?;
+        let stream = crate::native::create_stream(&device, priority)?;
         let mut q = Self::new(&CUDARC, device.ctx.cast(), stream.cast(), cfg);
         q.owned = Some(device);
         Ok(q)
