@@ -193,36 +193,12 @@ mod tests {
     use xpreempt_core::sched::protocol::QueueState;
     use xpreempt_core::{Level, QueueId};
 
-    #[test]
-    fn a_name_cannot_forge_rows_or_recolour_the_terminal() {
-        let row = QueueRow {
-            queue: QueueId(1),
-            process: 42,
-            process_name: "a\x1b[31m\n    9     666 fake".into(),
-            device: 0,
-            level: Level::Lv2,
-            logical_priority: 1,
-            effective_priority: 1,
-            state: QueueState::Idle,
-            in_flight: 0,
-            pending: 0,
-            preemptions: 0,
-            resumes: 0,
-            suspend_p99_ns: 0,
-            gpu: Default::default(),
-            in_flight_gpu_ns: None,
-        };
-        let t = table(&[row]);
-        assert_eq!(t.lines().count(), 2, "{t}");
-        assert!(!t.contains('\x1b'), "{t:?}");
-    }
-
-    #[test]
-    fn the_gpu_columns_show_what_was_measured_in_readable_units() {
-        let mut row = QueueRow {
-            queue: QueueId(3),
-            process: 7,
-            process_name: "train".into(),
+    /// A running level-1 queue at priority 0 with 16 commands in flight and nothing measured.
+    fn quiet_row() -> QueueRow {
+        QueueRow {
+            queue: QueueId(0),
+            process: 0,
+            process_name: String::new(),
             device: 0,
             level: Level::Lv1,
             logical_priority: 0,
@@ -235,6 +211,34 @@ mod tests {
             suspend_p99_ns: 0,
             gpu: Default::default(),
             in_flight_gpu_ns: None,
+        }
+    }
+
+    #[test]
+    fn a_name_cannot_forge_rows_or_recolour_the_terminal() {
+        let row = QueueRow {
+            queue: QueueId(1),
+            process: 42,
+            process_name: "a\x1b[31m\n    9     666 fake".into(),
+            level: Level::Lv2,
+            logical_priority: 1,
+            effective_priority: 1,
+            state: QueueState::Idle,
+            in_flight: 0,
+            ..quiet_row()
+        };
+        let t = table(&[row]);
+        assert_eq!(t.lines().count(), 2, "{t}");
+        assert!(!t.contains('\x1b'), "{t:?}");
+    }
+
+    #[test]
+    fn the_gpu_columns_show_what_was_measured_in_readable_units() {
+        let mut row = QueueRow {
+            queue: QueueId(3),
+            process: 7,
+            process_name: "train".into(),
+            ..quiet_row()
         };
         let cells = |r: &QueueRow| {
             let t = table(std::slice::from_ref(r));
