@@ -115,8 +115,11 @@ impl GpuTime {
         }
     }
 
-    /// The hardware stopped the queue's work, or let it run again: time across a stop is not
-    /// the work's GPU time, so the interval starts over at the restart.
+    /// The hardware stopped the queue's work, or let it run again. Time across a stop is not
+    /// the work's GPU time, and neither is the time from the restart to the next completion: the
+    /// command that completes then ran partly before the stop (a queue stopped every few
+    /// hundred microseconds would otherwise measure its 4 ms kernels as a fraction of that).
+    /// So the next completion only opens a clean interval.
     pub(crate) fn stopped(&mut self, now: Nanos) {
         self.set_in_flight(now, false);
         self.interval_start = None;
@@ -125,7 +128,6 @@ impl GpuTime {
     pub(crate) fn restarted(&mut self, now: Nanos, in_flight: usize) {
         if in_flight > 0 {
             self.set_in_flight(now, true);
-            self.interval_start = Some(now);
         }
     }
 
@@ -184,11 +186,37 @@ mod tests {
     fn time_stopped_is_not_gpu_time() {
         let mut g = GpuTime::default();
         g.launched(0, 0);
-        g.completed(50, 1, 1);
+        g.completed(50, 1, 2);
         g.stopped(60);
-        g.restarted(10_000, 1);
-        g.completed(10_050, 1, 0);
+        g.restarted(10_000, 2);
+        g.completed(10_050, 1, 1);
+        assert_eq!(
+            g.per_command_ns(),
+            Some(50),
+            "neither the stop nor the restart counts"
+        );
+        g.completed(10_100, 1, 0);
         assert_eq!(g.per_command_ns(), Some(50));
+        assert_eq!(g.last_summary().measured_commands, 2);
+    }
+
+    #[test]
+    fn frequent_stops_do_not_shrink_long_commands() {
+        let mut g = GpuTime::default();
+        g.launched(0, 0);
+        for k in 1..=4 {
+            g.launched(k, k as usize);
+        }
+        g.completed(4_000, 1, 4);
+        // Stopped every 300 for 100: each completion comes soon after a restart.
+        let mut t = 4_000;
+        for _ in 0..4 {
+            g.stopped(t + 300);
+            g.restarted(t + 400, 4);
+            t += 450;
+            g.completed(t, 1, 4);
+        }
+        assert_eq!(g.per_command_ns(), Some(4_000));
     }
 
     #[test]
