@@ -19,7 +19,7 @@ pub mod observed;
 #[cfg(feature = "reference")]
 pub mod reference;
 
-pub use xpreempt_types::{Command, Launched, Level, Seq};
+pub use xpreempt_types::{Command, Launched, Level, Nanos, Seq};
 
 use std::error::Error as StdError;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -190,6 +190,13 @@ pub trait HwQueue {
     fn restore(&self, log: &mut [Launched<Self::Payload>]) -> Result<(), HalError> {
         let _ = log;
         Err(self.unsupported("restore", Level::Lv3))
+    }
+
+    /// How long an `interrupt` takes before it acts, as measured on this hardware, or `None`
+    /// where it is not measured. A queue whose commands each run shorter than this drains at
+    /// Lv1 instead of interrupting: the hardware stop could not get its work off sooner.
+    fn interrupt_cost_ns(&self) -> Option<Nanos> {
+        None
     }
 
     #[doc(hidden)]

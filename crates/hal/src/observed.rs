@@ -3,7 +3,7 @@
 //! (the benchmark's timestamps) or break it on purpose (tests).
 
 use crate::{HalError, HwQueue, Launched};
-use xpreempt_types::{Command, Level, Seq};
+use xpreempt_types::{Command, Level, Nanos, Seq};
 
 /// A call the observer sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,5 +131,9 @@ impl<H: HwQueue, O: Observer> HwQueue for Observed<H, O> {
 
     fn restore(&self, log: &mut [Launched<H::Payload>]) -> Result<(), HalError> {
         self.around(HalOp::Restore, || self.inner.restore(log))
+    }
+
+    fn interrupt_cost_ns(&self) -> Option<Nanos> {
+        self.inner.interrupt_cost_ns()
     }
 }

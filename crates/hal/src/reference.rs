@@ -53,6 +53,8 @@ struct QueueSim {
     stop_requested: bool,
     stopped: Option<Level>,
     completed: Seq,
+    /// What `interrupt_cost_ns` reports (the interrupt itself still acts at once).
+    interrupt_cost: Option<Nanos>,
 }
 
 #[derive(Default)]
@@ -201,6 +203,12 @@ impl RefQueue {
         &self.device
     }
 
+    /// Makes the queue report this measured interrupt cost, as a backend that times its
+    /// interrupts would.
+    pub fn set_interrupt_cost(&self, ns: Option<Nanos>) {
+        self.device.lock().queues[self.index].interrupt_cost = ns;
+    }
+
     /// Lv2: stops at the next block boundary of a deactivatable kernel (at once if nothing of
     /// this queue runs).
     fn stop_at_boundary(&self, st: &mut DeviceState) {
@@ -323,6 +331,10 @@ impl HwQueue for RefQueue {
         q.stopped = None;
         dispatch(&mut st);
         Ok(())
+    }
+
+    fn interrupt_cost_ns(&self) -> Option<Nanos> {
+        self.device.lock().queues[self.index].interrupt_cost
     }
 
     fn interrupt(&self) -> Result<(), HalError> {

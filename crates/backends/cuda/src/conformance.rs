@@ -146,6 +146,10 @@ impl HwQueue for Counted {
     fn restore(&self, log: &mut [Launched<Deferred>]) -> Result<(), HalError> {
         self.hal.restore(log)
     }
+
+    fn interrupt_cost_ns(&self) -> Option<xpreempt_hal::Nanos> {
+        self.hal.interrupt_cost_ns()
+    }
 }
 
 /// One case: its queues come and go with it, and so do the counter arrays of its kernels.

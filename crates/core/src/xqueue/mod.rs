@@ -314,13 +314,28 @@ impl<P> XQueue<P> {
         self.reap(hal, now);
         // A queue with nothing in flight stops at once; timing it would only add zeros.
         self.stopping_since = (!self.in_flight.is_empty()).then_some(now);
-        let result = if (ahead || !self.in_flight.is_empty()) && self.level >= Level::Lv2 {
+        let hardware = ahead || (!self.in_flight.is_empty() && self.hardware_stop_pays(hal));
+        let result = if hardware && self.level >= Level::Lv2 {
             self.stop_hardware(hal, now).map(|()| true)
         } else {
             Ok(true)
         };
         self.note_settled(hal, now);
         result
+    }
+
+    /// Whether stopping in the hardware can get this queue's work off the device sooner than
+    /// letting it drain. At Lv3 only if its commands, as measured, each run longer than an
+    /// interrupt takes to act: shorter ones finish before the interrupt would, and draining them
+    /// costs the queue no switch and no call. Lv2's guard acts within a block, so it always pays.
+    fn hardware_stop_pays<H: HwQueue<Payload = P>>(&self, hal: &H) -> bool {
+        if self.level != Level::Lv3 {
+            return true;
+        }
+        match (hal.interrupt_cost_ns(), self.stats.gpu.per_command_ns()) {
+            (Some(interrupt), Some(per_command)) => per_command > interrupt,
+            _ => true,
+        }
     }
 
     /// Lv2 `deactivate` or Lv3 `interrupt`; a failure leaves the suspension draining at Lv1.

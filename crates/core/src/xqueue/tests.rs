@@ -153,6 +153,37 @@ fn lv3_stops_at_once_and_resumes_where_it_stopped() {
 }
 
 #[test]
+fn lv3_interrupts_only_commands_longer_than_an_interrupt_takes() {
+    // (command length, measured interrupt cost, whether the suspension interrupts)
+    for (block_ns, cost, interrupts) in [
+        (100_000, Some(300_000), false),
+        (1_000_000, Some(300_000), true),
+        (100_000, None, true),
+    ] {
+        let (dev, hal, mut q) = setup(Level::Lv3, 4, 2);
+        hal.set_interrupt_cost(cost);
+        for _ in 0..4 {
+            q.submit(&hal, kernel(1, block_ns), || 0).unwrap();
+        }
+        run_to_idle(&dev, &hal, &mut q);
+        assert_eq!(q.stats().gpu.per_command_ns(), Some(block_ns));
+        let t0 = dev.now();
+        q.submit(&hal, kernel(1, block_ns), || t0).unwrap();
+        dev.advance_to(t0 + block_ns / 2);
+        q.suspend(&hal, t0 + block_ns / 2).unwrap();
+        dev.advance_to(t0 + 10 * block_ns);
+        q.poll(&hal, t0 + 10 * block_ns).unwrap();
+        let case = format!("{block_ns} ns commands, interrupt {cost:?}");
+        assert_eq!(q.completed(), if interrupts { 4 } else { 5 }, "{case}");
+        q.resume(&hal, t0 + 10 * block_ns).unwrap();
+        dev.advance_to(t0 + 20 * block_ns);
+        q.poll(&hal, t0 + 20 * block_ns).unwrap();
+        assert_eq!(q.completed(), 5, "{case}: each command ran once");
+        assert_eq!(dev.block_runs(&hal, 4), vec![1], "{case}");
+    }
+}
+
+#[test]
 fn the_level_is_capped_by_the_hardware() {
     let dev = RefDevice::new();
     let hal = dev.create_queue(Level::Lv1);

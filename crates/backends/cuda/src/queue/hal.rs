@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use xpreempt_hal::{HalError, HwQueue};
-use xpreempt_types::{Command, Launched, Level, Op, Seq};
+use xpreempt_types::{Command, Launched, Level, Nanos, Op, Seq};
 
 /// The queue's completion watcher naps for its poll time (and for the core's quiet period) between
 /// looks; Linux's default timer slack (50 µs) would stretch every nap to about 70 µs and so
@@ -303,6 +303,13 @@ impl HwQueue for CudaQueue {
             self.lv2_reactivate(log)?;
         }
         Ok(())
+    }
+
+    /// The process's measured SET_TIMESLICE call: the least an interrupt takes to act (the
+    /// context switch that follows comes on top).
+    fn interrupt_cost_ns(&self) -> Option<Nanos> {
+        let cost = self.lv3.as_ref()?.set_cost()?;
+        Some(u64::try_from(cost.as_nanos()).unwrap_or(u64::MAX))
     }
 
     fn launch(

@@ -2,10 +2,11 @@
 //! channel groups (seen by the RM interposer). While one of its queues is interrupted the process
 //! gets the shortest slice, so the GPU's scheduler switches to another process's pending work
 //! after a microsecond instead of 2 ms; restoring puts back the driver's (or the RM policy's)
-//! slice. The setting is per process, so interrupted queues are counted, by the CUDA backend's
-//! one [`Lv3Control`]; this module gives it the RM interposer's control, and the queues call it.
+//! slice, after a hold that the CUDA backend's one [`Lv3Control`] measures. The setting is per
+//! process, so interrupted queues are counted there; this module gives it the RM interposer's
+//! control and its restorer thread, and the queues call it.
 
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, Once, OnceLock};
 use xpreempt_cuda::CudaError;
 use xpreempt_cuda::lv3::{Lv3Control, ProcessLv3, TimesliceControl};
 
@@ -26,7 +27,24 @@ fn available() -> bool {
 
 /// The process's timeslice control for a queue at Lv3, where Lv3 can act (see [`available`]).
 pub fn control() -> Option<ProcessLv3> {
-    available().then(|| CONTROL.clone())
+    available().then(|| {
+        start_restorer();
+        CONTROL.clone()
+    })
+}
+
+/// The thread that puts a held timeslice back up (see `xpreempt_cuda::lv3`). If it cannot be
+/// started, restores act at once.
+fn start_restorer() {
+    static STARTED: Once = Once::new();
+    STARTED.call_once(|| {
+        let spawned = std::thread::Builder::new()
+            .name("xpreempt-lv3".into())
+            .spawn(|| CONTROL.run_restorer());
+        if let Err(e) = spawned {
+            shim_log!("no thread to hold the timeslice low ({e}); restores act at once");
+        }
+    });
 }
 
 /// The RM interposer's SET_TIMESLICE on every compute channel group of the process.
