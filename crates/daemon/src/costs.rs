@@ -1,7 +1,9 @@
 //! The measured cost of each mechanism per device, over the recent past: the suspend and resume
 //! latencies that each queue's agent publishes in its slot (cumulative since the queue
 //! registered) are sampled on the daemon's tick, and what each queue gained since the last
-//! sample is added to its device's and level's current epoch. An epoch spans [`EPOCH`]; the
+//! sample is added to its device's and level's current epoch; a suspension that drained
+//! although the queue's level could stop the hardware counts as an Lv1 drain. An epoch spans
+//! [`EPOCH`]; the
 //! newest [`EPOCHS`] epochs that hold samples are kept, so the costs describe the last minute
 //! of suspensions on a busy device and the last ones measured on a quiet one (how far back
 //! they reach is part of the answer).
@@ -16,17 +18,13 @@ pub const EPOCH: Nanos = 10_000_000_000;
 /// How many epochs with samples a device and level keep.
 pub const EPOCHS: usize = 6;
 
-/// A queue's suspend and resume latencies (cumulative, as its slot holds them).
+/// A queue's suspend and resume latencies (cumulative, as its slot holds them): `suspend` by its
+/// level's mechanism, `drain` for suspensions that drained instead.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Latencies {
     pub suspend: LatencyCounts,
+    pub drain: LatencyCounts,
     pub resume: LatencyCounts,
-}
-
-impl Latencies {
-    fn is_empty(&self) -> bool {
-        self.suspend.count == 0 && self.resume.count == 0
-    }
 }
 
 struct Seen {
@@ -35,9 +33,16 @@ struct Seen {
     last: Latencies,
 }
 
+/// Stop and restart latencies of one mechanism.
+#[derive(Clone, Copy, Default)]
+struct Samples {
+    suspend: LatencyCounts,
+    resume: LatencyCounts,
+}
+
 struct Epoch {
     start: Nanos,
-    samples: Latencies,
+    samples: Samples,
 }
 
 /// Every device's and level's recent suspend and resume latencies.
@@ -62,15 +67,25 @@ impl CostBook {
             level,
             last: Latencies::default(),
         });
-        let new = Latencies {
+        let (device, level) = (seen.device, seen.level);
+        let stops = Samples {
             suspend: costs::since(&current.suspend, &seen.last.suspend),
             resume: costs::since(&current.resume, &seen.last.resume),
         };
+        let drains = Samples {
+            suspend: costs::since(&current.drain, &seen.last.drain),
+            resume: LatencyCounts::default(),
+        };
         seen.last = current;
-        if new.is_empty() {
+        self.add(device, level, now, stops);
+        self.add(device, Level::Lv1, now, drains);
+    }
+
+    fn add(&mut self, device: u32, level: Level, now: Nanos, new: Samples) {
+        if new.suspend.count == 0 && new.resume.count == 0 {
             return;
         }
-        let epochs = self.epochs.entry((seen.device, seen.level)).or_default();
+        let epochs = self.epochs.entry((device, level)).or_default();
         match epochs.back_mut() {
             Some(e) if now.saturating_sub(e.start) < EPOCH => {
                 costs::add(&mut e.samples.suspend, &new.suspend);
@@ -96,7 +111,7 @@ impl CostBook {
     /// The measured cost of stopping and restarting queues of `device` at `level` (the Lv1
     /// drain, the Lv2 block-boundary stop, the Lv3 switch), as of `now`.
     pub fn cost(&self, device: u32, level: Level, now: Nanos) -> MechanismCost {
-        let mut merged = Latencies::default();
+        let mut merged = Samples::default();
         let mut oldest = None;
         for e in self.epochs.get(&(device, level)).into_iter().flatten() {
             costs::add(&mut merged.suspend, &e.samples.suspend);
@@ -150,8 +165,24 @@ mod tests {
     fn lat(suspend: &[u64], resume: &[u64]) -> Latencies {
         Latencies {
             suspend: counts(suspend),
+            drain: counts(&[]),
             resume: counts(resume),
         }
+    }
+
+    #[test]
+    fn drains_of_a_higher_level_count_as_lv1_drains() {
+        let mut b = CostBook::default();
+        let mut l = lat(&[3_000_000], &[0]);
+        l.drain = counts(&[200_000, 200_000]);
+        b.observe(QueueId(0), 0, Level::Lv3, S, l);
+        assert_eq!(b.cost(0, Level::Lv3, S).stop.unwrap().mean_ns, 3_000_000);
+        let lv1 = b.cost(0, Level::Lv1, S);
+        assert_eq!(lv1.stop.unwrap().samples, 2);
+        assert_eq!(lv1.stop.unwrap().mean_ns, 200_000);
+        // Seen again with nothing new: nothing is counted twice.
+        b.observe(QueueId(0), 0, Level::Lv3, 2 * S, l);
+        assert_eq!(b.cost(0, Level::Lv1, 2 * S).stop.unwrap().samples, 2);
     }
 
     #[test]

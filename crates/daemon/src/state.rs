@@ -299,6 +299,7 @@ impl State {
             s.set_quiet(Quiet::Loud);
             s.gpu.clear();
             s.suspend_latency.clear();
+            s.drain_latency.clear();
             s.resume_latency.clear();
         }
         let driver = match self.devices.entry(decl.device) {

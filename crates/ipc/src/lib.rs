@@ -28,7 +28,7 @@ pub mod unix;
 use std::path::PathBuf;
 
 /// Bumped whenever a message or the segment layout changes incompatibly.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// The system daemon's socket (the systemd unit's).
 pub const SYSTEM_SOCKET: &str = "/run/xpreempt/xpreempt.sock";

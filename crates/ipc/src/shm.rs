@@ -74,8 +74,11 @@ pub struct Slot {
     pub preemptions: AtomicU64,
     pub resumes: AtomicU64,
     pub suspend_p99_ns: AtomicU64,
-    /// Agent → daemon: the queue's suspend and resume latencies, for the daemon's histograms.
+    /// Agent → daemon: the queue's suspend and resume latencies, for the daemon's histograms;
+    /// `drain_latency` holds the suspensions that drained although its level could stop the
+    /// hardware.
     pub suspend_latency: Latencies,
+    pub drain_latency: Latencies,
     pub resume_latency: Latencies,
     /// Agent → daemon: the queue's GPU time per command, busy fraction, bursts and gaps.
     pub gpu: GpuWords,

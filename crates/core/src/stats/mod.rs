@@ -26,8 +26,13 @@ pub struct QueueStats {
     /// Times everything launched was found complete while commands waited in the buffer and the
     /// queue could run: the hardware may have idled for want of the queue's work.
     pub ran_dry: u64,
-    /// From `suspend` until the hardware is free of the queue's work (ns).
+    /// From `suspend` until the hardware is free of the queue's work (ns), for suspensions that
+    /// used the queue's level's mechanism.
     pub suspend_latency: Histogram,
+    /// The same for suspensions of a queue above Lv1 that drained as at Lv1 instead: its
+    /// commands were too short for the hardware stop to pay, or the stop failed. They cost what
+    /// an Lv1 drain costs, not what the level's mechanism does.
+    pub drain_latency: Histogram,
     /// From `resume` until the hardware runs the queue again (ns).
     pub resume_latency: Histogram,
     /// The queue's GPU time, busy fraction, bursts and gaps, measured from its completions.
@@ -57,6 +62,9 @@ pub struct QueueSummary {
     pub resumes: u64,
     pub hal_errors: u64,
     pub suspend_latency_ns: Summary,
+    /// Suspensions that drained although the queue's level could stop the hardware.
+    #[serde(default)]
+    pub drain_latency_ns: Summary,
     pub resume_latency_ns: Summary,
     #[serde(default)]
     pub gpu: GpuTimeSummary,
@@ -81,6 +89,7 @@ impl QueueStats {
             resumes: self.resumes,
             hal_errors: self.hal_errors,
             suspend_latency_ns: self.suspend_latency.summary(),
+            drain_latency_ns: self.drain_latency.summary(),
             resume_latency_ns: self.resume_latency.summary(),
             gpu: self.gpu.last_summary(),
         }
@@ -98,6 +107,7 @@ impl StatsReport {
             .into_iter()
             .map(|(id, s)| {
                 suspend.merge(&s.suspend_latency);
+                suspend.merge(&s.drain_latency);
                 resume.merge(&s.resume_latency);
                 s.report(id)
             })

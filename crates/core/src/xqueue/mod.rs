@@ -381,7 +381,7 @@ impl<P> XQueue<P> {
         if let Some(since) = self.stopping_since.take() {
             // Resumed before the hardware was ever free of this queue's work: the suspension
             // never took full effect, and it lasted this long.
-            self.stats.suspend_latency.record(now.saturating_sub(since));
+            self.record_stop(now.saturating_sub(since));
         }
         self.stats.resumes += 1;
         if let Some(level) = self.hw_stopped.take() {
@@ -545,6 +545,15 @@ impl<P> XQueue<P> {
         self.completed = self.completed.max(watermark);
     }
 
+    /// A suspension's stop latency, by the mechanism that made the stop.
+    fn record_stop(&mut self, ns: Nanos) {
+        if self.hw_stopped.is_none() && self.level > Level::Lv1 {
+            self.stats.drain_latency.record(ns);
+        } else {
+            self.stats.suspend_latency.record(ns);
+        }
+    }
+
     fn note_settled<H: HwQueue<Payload = P>>(&mut self, hal: &H, now: Nanos) {
         if let Some(since) = self.stopping_since {
             let stopped = match self.hw_stopped {
@@ -552,7 +561,7 @@ impl<P> XQueue<P> {
                 Some(_) => hal.settled(),
             };
             if stopped {
-                self.stats.suspend_latency.record(now.saturating_sub(since));
+                self.record_stop(now.saturating_sub(since));
                 self.stopping_since = None;
             }
         }

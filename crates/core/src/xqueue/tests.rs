@@ -180,6 +180,16 @@ fn lv3_interrupts_only_commands_longer_than_an_interrupt_takes() {
         q.poll(&hal, t0 + 20 * block_ns).unwrap();
         assert_eq!(q.completed(), 5, "{case}: each command ran once");
         assert_eq!(dev.block_runs(&hal, 4), vec![1], "{case}");
+        // The stop is timed under the mechanism that made it.
+        let (stops, drains) = (
+            q.stats().suspend_latency.count(),
+            q.stats().drain_latency.count(),
+        );
+        assert_eq!(
+            (stops, drains),
+            if interrupts { (1, 0) } else { (0, 1) },
+            "{case}"
+        );
     }
 }
 

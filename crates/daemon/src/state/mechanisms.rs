@@ -19,6 +19,7 @@ impl State {
             .slot(e.slot)?;
         Some(Latencies {
             suspend: slot.suspend_latency.load(),
+            drain: slot.drain_latency.load(),
             resume: slot.resume_latency.load(),
         })
     }

@@ -133,12 +133,15 @@ impl State {
         rows
     }
 
-    /// Each queue's suspend and resume latencies, as its agent last published them.
+    /// Each queue's suspend latencies (every suspension, whichever way it stopped) and resume
+    /// latencies, as its agent last published them.
     pub fn latencies(&self) -> BTreeMap<QueueId, (LatencyCounts, LatencyCounts)> {
         let mut out = BTreeMap::new();
         for (&queue, e) in &self.queues {
             if let Some(s) = self.clients.get(&e.client).and_then(|c| c.slot(e.slot)) {
-                out.insert(queue, (s.suspend_latency.load(), s.resume_latency.load()));
+                let mut suspend = s.suspend_latency.load();
+                xpreempt_ipc::costs::add(&mut suspend, &s.drain_latency.load());
+                out.insert(queue, (suspend, s.resume_latency.load()));
             }
         }
         out

@@ -266,6 +266,7 @@ fn publish_stats(inner: &Inner) {
         s.suspend_p99_ns
             .store(st.suspend_latency.summary().p99, Ordering::Relaxed);
         s.suspend_latency.store(&st.suspend_latency);
+        s.drain_latency.store(&st.drain_latency);
         s.resume_latency.store(&st.resume_latency);
         s.gpu.store(&e.queue.gpu_time());
     }
