@@ -242,12 +242,16 @@ fn level() -> impl Strategy<Value = Level> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// Exactly once, in order, and nothing launched while suspended, at every level.
+    /// Exactly once, in order, and nothing launched while suspended, at every level; at Lv3
+    /// with interrupt costs that make some suspensions interrupt and others drain.
     #[test]
-    fn random_interleavings_keep_the_invariants(level in level(), threshold in 1..6u32, steps in proptest::collection::vec(step(), 1..80)) {
+    fn random_interleavings_keep_the_invariants(level in level(), threshold in 1..6u32, costs in proptest::collection::vec(proptest::option::of(1..600u64), 2), steps in proptest::collection::vec(step(), 1..80)) {
         let batch = 1 + threshold / 2;
         let dev = RefDevice::new();
         let hals: Vec<RefQueue> = (0..2).map(|_| dev.create_queue(level)).collect();
+        for (h, &cost) in hals.iter().zip(&costs) {
+            h.set_interrupt_cost(cost);
+        }
         let mut qs: Vec<XQueue<RefKernel>> = hals.iter().map(|h| XQueue::new(h.queue_id(), QueueConfig::new(threshold, batch, level).unwrap(), level)).collect();
         let mut now = 0;
         let launched = |dev: &RefDevice, i: usize| dev.launch_order().iter().filter(|(q, _)| *q as usize == i).count();
