@@ -13,9 +13,11 @@
 # through cudarc's driver, and through the shim's own libcuda table).
 # The GPU machine needs no Rust toolchain: build elsewhere and copy BIN's files over. Test
 # binaries get a hashed name, which cargo prints as "Executable ... (path)":
-#   cargo build --release -p xpreempt-cli -p xpreempt-shim -p xpreempt-bench --features xpreempt-shim/chaos
+#   cargo build --release -p xpreempt-cli -p xpreempt-bench && cargo build --release -p xpreempt-shim --features chaos
 # (the chaos feature: the conformance and fork-chaos steps inject random suspensions, test
-# machinery that a product shim leaves out; it does nothing unless XPREEMPT_CHAOS is set)
+# machinery that a product shim leaves out; it does nothing unless XPREEMPT_CHAOS is set. Build
+# the shim on its own: with other packages beside it, `--features xpreempt-shim/chaos` left the
+# feature out of the shim's library. tests/cuda-apps/run.sh refuses a shim without it.)
 #   exe() { sed -n 's/^ *Executable .*(\(.*\))$/\1/p'; }
 #   cp "$(cargo test --release -p xpreempt-bench --test gpu --no-run 2>&1 | exe)" target/release/gpu-tests
 #   cp "$(cargo test --release -p xpreempt-cuda --test conformance --no-run 2>&1 | exe)" target/release/cuda-conformance
