@@ -118,7 +118,7 @@ fn parse_target(s: &str) -> Result<Target> {
 
 pub fn table(rows: &[QueueRow]) -> String {
     let mut t = format!(
-        "{:>5} {:>7} {:<16} {:>3} {:>4} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>11} {}\n",
+        "{:>5} {:>7} {:<16} {:>3} {:>4} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>7} {:>11} {}\n",
         "queue",
         "pid",
         "process",
@@ -130,13 +130,14 @@ pub fn table(rows: &[QueueRow]) -> String {
         "flight",
         "pending",
         "preempt",
+        "drained",
         "resumes",
         "susp p99 µs",
         gpu_header()
     );
     for r in rows {
         t.push_str(&format!(
-            "{:>5} {:>7} {:<16} {:>3} {:>4} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>11.1} {}\n",
+            "{:>5} {:>7} {:<16} {:>3} {:>4} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>7} {:>11.1} {}\n",
             r.queue.to_string(),
             r.process,
             // Escaped here too: a daemon of an older version passes names on as they came.
@@ -152,6 +153,7 @@ pub fn table(rows: &[QueueRow]) -> String {
             r.in_flight,
             r.pending,
             r.preemptions,
+            r.drains,
             r.resumes,
             r.suspend_p99_ns as f64 / 1e3,
             gpu_cells(r)
@@ -207,6 +209,7 @@ mod tests {
             in_flight: 16,
             pending: 0,
             preemptions: 0,
+            drains: 0,
             resumes: 0,
             suspend_p99_ns: 0,
             gpu: Default::default(),
@@ -230,6 +233,24 @@ mod tests {
         let t = table(&[row]);
         assert_eq!(t.lines().count(), 2, "{t}");
         assert!(!t.contains('\x1b'), "{t:?}");
+    }
+
+    #[test]
+    fn the_drained_suspensions_stand_under_their_header() {
+        let row = QueueRow {
+            preemptions: 9,
+            drains: 4,
+            resumes: 8,
+            ..quiet_row()
+        };
+        let t = table(&[row]);
+        let mut lines = t.lines().map(|l| l.split_whitespace().collect::<Vec<_>>());
+        let (header, body) = (lines.next().unwrap(), lines.next().unwrap());
+        // The process name is empty: the body has one word fewer before the counters.
+        let at = |name: &str| header.iter().position(|h| *h == name).unwrap() - 1;
+        assert_eq!(body[at("preempt")], "9", "{t}");
+        assert_eq!(body[at("drained")], "4", "{t}");
+        assert_eq!(body[at("resumes")], "8", "{t}");
     }
 
     #[test]

@@ -150,7 +150,7 @@ pub fn totals_line(stats: &DaemonStats) -> String {
     )
 }
 
-const HEADER: [&str; 12] = [
+const HEADER: [&str; 13] = [
     "queue",
     "pid",
     "process",
@@ -161,14 +161,15 @@ const HEADER: [&str; 12] = [
     "flight",
     "pending",
     "preempt",
+    "drained",
     "resumes",
     "susp p99 µs",
 ];
 
-fn columns(c: [&str; 12]) -> String {
+fn columns(c: [&str; 13]) -> String {
     format!(
-        "{:>5} {:>7} {:<16} {:>3} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>11}",
-        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11]
+        "{:>5} {:>7} {:<16} {:>3} {:>5} {:>5} {:<9} {:>6} {:>7} {:>7} {:>7} {:>7} {:>11}",
+        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12]
     )
 }
 
@@ -198,6 +199,7 @@ pub fn row_line(r: &QueueRow) -> String {
         &r.in_flight.to_string(),
         &r.pending.to_string(),
         &r.preemptions.to_string(),
+        &r.drains.to_string(),
         &r.resumes.to_string(),
         &p99,
     ]);
@@ -401,6 +403,7 @@ mod tests {
             in_flight: 2,
             pending: 3,
             preemptions: pre,
+            drains: pre / 2,
             resumes: pre,
             suspend_p99_ns: pre * 12_345,
             gpu: Default::default(),
@@ -473,6 +476,7 @@ mod tests {
                 "2",
                 "3",
                 "4",
+                "2",
                 "4",
                 "49.4",
                 "113µs",
@@ -485,7 +489,7 @@ mod tests {
         // Columns line up with the header whatever the values.
         assert_eq!(line.chars().count(), header_line().chars().count());
         let idle = row_line(&row(1, 1, "x", 0, QueueState::Idle, 0));
-        assert_eq!(idle.split_whitespace().nth(11), Some("-"), "{idle}");
+        assert_eq!(idle.split_whitespace().nth(12), Some("-"), "{idle}");
     }
 
     #[test]

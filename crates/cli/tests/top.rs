@@ -232,9 +232,9 @@ fn top_shows_the_queues_live_sorts_on_keys_waits_for_the_daemon_and_quits_cleanl
     let s = tmux.wait_for(
         "the high queue's GPU time per command never showed",
         Duration::from_secs(5),
-        |s| row(s, "highjob").is_some_and(|c| c.len() == 17 && c[12].ends_with("ms")),
+        |s| row(s, "highjob").is_some_and(|c| c.len() == 18 && c[13].ends_with("ms")),
     );
-    let per: f64 = row(&s, "highjob").unwrap()[12]
+    let per: f64 = row(&s, "highjob").unwrap()[13]
         .trim_end_matches("ms")
         .parse()
         .unwrap();

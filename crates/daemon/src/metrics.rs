@@ -145,7 +145,7 @@ pub(crate) fn render(shared: &Shared) -> String {
             );
         }
     }
-    let queue_metrics: [Metric<QueueRow, f64>; 4] = [
+    let queue_metrics: [Metric<QueueRow, f64>; 5] = [
         (
             "xpreempt_queue_priority",
             "Effective priority (logical plus aging).",
@@ -155,6 +155,11 @@ pub(crate) fn render(shared: &Shared) -> String {
             "xpreempt_queue_preemptions_total",
             "Times the queue was suspended.",
             |r| r.preemptions as f64,
+        ),
+        (
+            "xpreempt_queue_drains_total",
+            "Suspensions that drained as at level 1 although the queue's level could stop the hardware.",
+            |r| r.drains as f64,
         ),
         (
             "xpreempt_queue_resumes_total",

@@ -216,6 +216,10 @@ pub struct QueueRow {
     pub in_flight: u32,
     pub pending: u32,
     pub preemptions: u64,
+    /// Suspensions that drained as at Lv1 although the queue's level could stop the hardware:
+    /// its commands ran shorter than the stop takes to act, or the stop failed.
+    #[serde(default)]
+    pub drains: u64,
     pub resumes: u64,
     pub suspend_p99_ns: Nanos,
     /// The queue's GPU time per command, busy fraction, bursts and gaps, as its agent measured

@@ -123,6 +123,7 @@ impl State {
                     in_flight,
                     pending: load32(|s| &s.pending),
                     preemptions: load64(|s| &s.preemptions),
+                    drains: slot.map_or(0, |s| s.drain_latency.load().count),
                     resumes: load64(|s| &s.resumes),
                     suspend_p99_ns: load64(|s| &s.suspend_p99_ns),
                     in_flight_gpu_ns: QueueRow::in_flight_gpu(in_flight, &gpu),
