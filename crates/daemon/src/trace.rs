@@ -34,6 +34,8 @@ pub struct Trace {
     spans: BTreeMap<(u32, QueueId), Span>,
     /// Per (device, queue): the counters last written (busy %, µs per command).
     counters: BTreeMap<(u32, QueueId), (f64, Option<f64>)>,
+    /// Per (device, queue): its drained suspensions as last written.
+    drains: BTreeMap<(u32, QueueId), u64>,
     flushed: Instant,
 }
 
@@ -54,6 +56,7 @@ impl Trace {
             out,
             spans: BTreeMap::new(),
             counters: BTreeMap::new(),
+            drains: BTreeMap::new(),
             flushed: Instant::now(),
         })
     }
@@ -146,10 +149,24 @@ impl Trace {
         self.counters.insert(key, (shown, per));
     }
 
+    /// How many of `queue`'s suspensions drained although its level could stop the hardware
+    /// (its commands too short for the stop to pay, or the stop failed), where that moved: the
+    /// timeline then says which suspensions did not stop the queue's work on the device.
+    pub fn drains(&mut self, device: u32, queue: QueueId, now: Nanos, total: u64) {
+        let last = self.drains.insert((device, queue), total);
+        if last != Some(total) && (total > 0 || last.is_some()) {
+            self.event(json!({
+                "ph": "C", "name": format!("{queue} drained suspensions"), "pid": device,
+                "ts": us(now), "args": { "drained": total },
+            }));
+        }
+    }
+
     /// The queue is gone: its span ends.
     pub fn forget(&mut self, device: u32, queue: QueueId, now: Nanos) {
         self.close((device, queue), now);
         self.counters.remove(&(device, queue));
+        self.drains.remove(&(device, queue));
     }
 
     fn close(&mut self, key: (u32, QueueId), now: Nanos) {
@@ -282,6 +299,33 @@ mod tests {
             series("q4 GPU time per command (µs)", "us"),
             [(2.0, 2_000.0), (5.0, 2_500.0), (7.0, 2_500.0)]
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn drained_suspensions_are_written_when_they_grow() {
+        let dir = std::env::temp_dir().join(format!("xp-trace-drains-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.json");
+        let mut t = Trace::create(&path).unwrap();
+        // None yet: no series; then each new total once.
+        for (now, total) in [(1_000, 0), (2_000, 3), (3_000, 3), (4_000, 5)] {
+            t.drains(0, QueueId(2), now, total);
+        }
+        t.finish(5_000);
+        let events: Vec<serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let series: Vec<(f64, u64)> = events
+            .iter()
+            .filter(|e| e["ph"] == "C" && e["name"] == "q2 drained suspensions")
+            .map(|e| {
+                (
+                    e["ts"].as_f64().unwrap(),
+                    e["args"]["drained"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(series, [(2.0, 3), (4.0, 5)]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -158,6 +158,7 @@ impl State {
         for (&queue, e) in &self.queues {
             if let Some(s) = self.clients.get(&e.client).and_then(|c| c.slot(e.slot)) {
                 trace.gpu(e.device, queue, now, &s.gpu.load());
+                trace.drains(e.device, queue, now, s.drain_latency.load().count);
             }
         }
     }
