@@ -4,6 +4,9 @@
 //! show the Lv2 block-boundary stop and its restart, measured from exactly the suspensions and
 //! resumptions the low queue counted, and nothing for the levels nobody was suspended at.
 //!
+//! A level-3 low queue whose commands are shorter than its interrupt takes to act drains
+//! instead: its stops show as Lv1 drains, and `list`, `top` and the metrics count them.
+//!
 //! The clients are this test binary run again with `XPREEMPT_COSTS_CHILD` set: the `child` test
 //! below is their entry point and does nothing in a normal run.
 
@@ -31,9 +34,10 @@ fn kernel(blocks: u32, block_ns: u64) -> GpuCommand<RefKernel> {
         .with_props(CommandProps::new(false, true, false))
 }
 
-/// A client: `low` or `high`, then the socket. It says `started` once its queue is registered
-/// (the low one once its work is in flight), `done` when its work is finished, and keeps its
-/// queue until its stdin closes.
+/// A client: `low`, `low-lv3` or `high`, then the socket. It says `started` once its queue is
+/// registered (a low one once its work is in flight), `done` when its work is finished, and
+/// keeps its queue until its stdin closes. `low-lv3` reports an interrupt cost of a second, so
+/// that once its 2 ms kernels are measured its suspensions drain.
 #[test]
 fn child() {
     let Ok(role) = std::env::var(ROLE) else {
@@ -42,6 +46,7 @@ fn child() {
     let (who, sock) = role.split_once(':').unwrap();
     let (priority, level) = match who {
         "low" => (0, Level::Lv2),
+        "low-lv3" => (0, Level::Lv3),
         _ => (10, Level::Lv3),
     };
     let dev = RefDevice::new();
@@ -60,14 +65,14 @@ fn child() {
         interleave: None,
         level,
     };
+    let hal = dev.create_queue(level);
+    if who == "low-lv3" {
+        hal.set_interrupt_cost(Some(1_000_000_000));
+    }
     let q = agent
-        .queue(
-            decl,
-            QueueConfig::new(4, 2, level).unwrap(),
-            dev.create_queue(level),
-        )
+        .queue(decl, QueueConfig::new(4, 2, level).unwrap(), hal)
         .unwrap();
-    if who == "low" {
+    if who.starts_with("low") {
         q.submit(kernel(4, LOW_BLOCK_NS)).unwrap();
         println!("started");
         for _ in 1..LOW_KERNELS {
@@ -270,6 +275,98 @@ fn list_top_and_metrics_show_the_measured_stop_and_restart_of_each_level() {
         mechanism(&top["costs"], "block_stop")["stop"]["samples"],
         block["stop"]["samples"]
     );
+
+    drop(high);
+    drop(low);
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_level_3_queue_that_drains_counts_as_an_lv1_drain() {
+    let dir = std::env::temp_dir().join(format!("xpreempt-drains-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("xpreempt.sock");
+    let mut config = Config::new(sock.clone());
+    config.metrics = Some("127.0.0.1:0".parse().unwrap());
+    let daemon = Daemon::start(config).expect("daemon starts");
+    let addr = daemon.metrics_addr().unwrap();
+
+    let mut low = Client::start(ROLE, &format!("low-lv3:{}", sock.display()));
+    low.expect("started");
+    let mut high = Client::start(ROLE, &format!("high:{}", sock.display()));
+    high.expect("started");
+    high.expect("done");
+    low.expect("done");
+
+    // Every drained suspension of the low queue, and only those, is an Lv1 drain of device 0.
+    let lv1 = ["device=\"0\"", "level=\"lv1\"", "mechanism=\"drain\""];
+    let t = Instant::now();
+    let (drains, body) = loop {
+        let body = scrape(addr);
+        let drains = sample(
+            &body,
+            "xpreempt_queue_drains_total",
+            &["process=\"low-lv3\""],
+        );
+        let merged = sample(&body, "xpreempt_mechanism_stop_samples", &lv1);
+        if drains.is_some_and(|n| n >= 1.0) && drains == merged {
+            break (drains.unwrap(), body);
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the low queue's drains ({drains:?}) never matched the device's Lv1 drains \
+             ({merged:?}):\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The queue's own histogram counts every suspension it timed, drained or stopped; the
+    // device's Lv3 switch only the ones that interrupted.
+    let timed = sample(
+        &body,
+        "xpreempt_queue_suspend_latency_seconds_count",
+        &["process=\"low-lv3\""],
+    )
+    .unwrap();
+    let lv3 = ["device=\"0\"", "level=\"lv3\""];
+    let switched = sample(&body, "xpreempt_mechanism_stop_samples", &lv3).unwrap_or(0.0);
+    eprintln!("low-lv3: {timed} suspensions timed, {drains} drained, {switched} switched");
+    assert_eq!(timed, drains + switched, "{body}");
+
+    let listing = cli(&["list"], &sock);
+    let row = listing["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["process_name"] == "low-lv3")
+        .expect("the low queue's row");
+    assert_eq!(row["drains"].as_f64(), Some(drains), "{row}");
+    assert!(row["preemptions"].as_f64().unwrap() >= drains, "{row}");
+    let drain = mechanism(&listing["costs"], "drain");
+    assert_eq!(drain["stop"]["samples"].as_f64(), Some(drains), "{drain}");
+    // A drain waits for the window to finish: at least part of a 2 ms kernel.
+    assert!(drain["stop"]["mean_ns"].as_u64().unwrap() > 0, "{drain}");
+
+    let o = Command::new(env!("CARGO_BIN_EXE_xpreempt"))
+        .args(["list", "--socket", sock.to_str().unwrap()])
+        .output()
+        .expect("run xpreempt");
+    let table = String::from_utf8(o.stdout).unwrap();
+    let header: Vec<&str> = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("queue"))
+        .unwrap_or_else(|| panic!("no queue header in:\n{table}"))
+        .split_whitespace()
+        .collect();
+    let cells: Vec<&str> = table
+        .lines()
+        .find(|l| l.contains("low-lv3"))
+        .unwrap_or_else(|| panic!("no low-lv3 row in:\n{table}"))
+        .split_whitespace()
+        .collect();
+    let at = header.iter().position(|h| *h == "drained").unwrap();
+    assert_eq!(cells[at], format!("{drains}"), "{table}");
 
     drop(high);
     drop(low);
