@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_TIMESLICE_US: u64 = 2048;
 /// The smallest timeslice asked for while interrupted.
 pub const MIN_TIMESLICE_US: u64 = 1;
-/// How long the last restore is held, in measured SET_TIMESLICE calls: a product setting. Two
-/// calls (the restore and the next lowering) in 100 calls' time is 2 %.
+/// How long the last restore is held, in measured SET_TIMESLICE calls: a fixed value, with its
+/// measured reason in `docs/settings.md`. Two calls (the restore and the next lowering) in 100
+/// calls' time is 2 %.
 pub const HOLD_PER_SET: u32 = 100;
 
 /// Something that sets the timeslice of every compute channel group of this process.
