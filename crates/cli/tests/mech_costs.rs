@@ -118,15 +118,20 @@ fn mechanism<'a>(costs: &'a serde_json::Value, mechanism: &str) -> &'a serde_jso
         .unwrap_or_else(|| panic!("no {mechanism} in {dev}"))
 }
 
-#[test]
-fn list_top_and_metrics_show_the_measured_stop_and_restart_of_each_level() {
-    let dir = std::env::temp_dir().join(format!("xpreempt-costs-{}", std::process::id()));
+/// A daemon with metrics, its socket in a fresh directory named after `tag`.
+fn daemon(tag: &str) -> (PathBuf, PathBuf, Daemon) {
+    let dir = std::env::temp_dir().join(format!("xpreempt-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("xpreempt.sock");
     let mut config = Config::new(sock.clone());
     config.metrics = Some("127.0.0.1:0".parse().unwrap());
-    let daemon = Daemon::start(config).expect("daemon starts");
+    (dir, sock, Daemon::start(config).expect("daemon starts"))
+}
+
+#[test]
+fn list_top_and_metrics_show_the_measured_stop_and_restart_of_each_level() {
+    let (dir, sock, daemon) = daemon("costs");
     let addr = daemon.metrics_addr().unwrap();
 
     let mut low = Client::start(ROLE, &format!("low:{}", sock.display()));
@@ -284,13 +289,7 @@ fn list_top_and_metrics_show_the_measured_stop_and_restart_of_each_level() {
 
 #[test]
 fn a_level_3_queue_that_drains_counts_as_an_lv1_drain() {
-    let dir = std::env::temp_dir().join(format!("xpreempt-drains-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sock = dir.join("xpreempt.sock");
-    let mut config = Config::new(sock.clone());
-    config.metrics = Some("127.0.0.1:0".parse().unwrap());
-    let daemon = Daemon::start(config).expect("daemon starts");
+    let (dir, sock, daemon) = daemon("drains");
     let addr = daemon.metrics_addr().unwrap();
 
     let mut low = Client::start(ROLE, &format!("low-lv3:{}", sock.display()));
