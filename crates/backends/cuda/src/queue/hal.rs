@@ -306,8 +306,12 @@ impl HwQueue for CudaQueue {
     }
 
     /// The process's measured SET_TIMESLICE call: the least an interrupt takes to act (the
-    /// context switch that follows comes on top).
+    /// context switch that follows comes on top). With a guard-built kernel in flight it is 0:
+    /// the interrupt's Lv2 part stops that kernel at its next block, whatever the call costs.
     fn interrupt_cost_ns(&self) -> Option<Nanos> {
+        if self.lv2 && self.lv2_busy() {
+            return Some(0);
+        }
         let cost = self.lv3.as_ref()?.set_cost()?;
         Some(u64::try_from(cost.as_nanos()).unwrap_or(u64::MAX))
     }
