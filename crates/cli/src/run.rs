@@ -298,6 +298,7 @@ fn mps_visible_devices_note(visible: Option<&std::ffi::OsStr>) -> Option<String>
         )
     })
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -210,43 +210,51 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_timeline_parses_and_names_what_stopped_a_queue() {
-        let dir = std::env::temp_dir().join(format!("xp-trace-{}", std::process::id()));
+    /// The events of a timeline that `write` fills and that ends at `end`, parsed back.
+    fn traced(tag: &str, end: Nanos, write: impl FnOnce(&mut Trace)) -> Vec<serde_json::Value> {
+        let dir = std::env::temp_dir().join(format!("xp-trace-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.json");
         let mut t = Trace::create(&path).unwrap();
-        t.name(0, QueueId(1), "train");
-        t.name(0, QueueId(2), "infer");
-        t.observe(
-            0,
-            1_000,
-            &[
-                view(1, 0, QueueState::Running),
-                view(2, 9, QueueState::Idle),
-            ],
-        );
-        t.observe(
-            0,
-            5_000,
-            &[
-                view(1, 0, QueueState::Suspended),
-                view(2, 9, QueueState::Running),
-            ],
-        );
-        t.observe(
-            0,
-            9_000,
-            &[
-                view(1, 0, QueueState::Running),
-                view(2, 9, QueueState::Idle),
-            ],
-        );
-        t.finish(12_000);
-        let text = std::fs::read_to_string(&path).unwrap();
-        let events: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        write(&mut t);
+        t.finish(end);
+        let events = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        events
+    }
+
+    #[test]
+    fn a_timeline_parses_and_names_what_stopped_a_queue() {
+        let events = traced("states", 12_000, |t| {
+            t.name(0, QueueId(1), "train");
+            t.name(0, QueueId(2), "infer");
+            t.observe(
+                0,
+                1_000,
+                &[
+                    view(1, 0, QueueState::Running),
+                    view(2, 9, QueueState::Idle),
+                ],
+            );
+            t.observe(
+                0,
+                5_000,
+                &[
+                    view(1, 0, QueueState::Suspended),
+                    view(2, 9, QueueState::Running),
+                ],
+            );
+            t.observe(
+                0,
+                9_000,
+                &[
+                    view(1, 0, QueueState::Running),
+                    view(2, 9, QueueState::Idle),
+                ],
+            );
+        });
         let named = |n: &str| events.iter().filter(|e| e["name"] == n).count();
-        assert_eq!(named("running"), 3, "{text}");
+        assert_eq!(named("running"), 3, "{events:?}");
         assert_eq!(named("suspended"), 1);
         let suspend = events.iter().find(|e| e["name"] == "suspend").unwrap();
         assert_eq!(suspend["args"]["for"], "q2");
@@ -256,34 +264,28 @@ mod tests {
             (stopped["ts"].as_f64(), stopped["dur"].as_f64()),
             (Some(5.0), Some(4.0))
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn gpu_counters_are_written_when_they_move() {
-        let dir = std::env::temp_dir().join(format!("xp-trace-gpu-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t.json");
-        let mut t = Trace::create(&path).unwrap();
-        let mut g = GpuTimeSummary::default();
-        // Nothing measured: u is 0 and there is no command time yet.
-        t.gpu(0, QueueId(4), 1_000, &g);
-        g.busy_fraction = 0.5;
-        g.per_command_ns = Some(2_000_000);
-        t.gpu(0, QueueId(4), 2_000, &g);
-        // Unchanged, then a move too small to show: nothing written.
-        t.gpu(0, QueueId(4), 3_000, &g);
-        g.busy_fraction = 0.502;
-        t.gpu(0, QueueId(4), 4_000, &g);
-        // The small moves add up against what the timeline shows.
-        g.busy_fraction = 0.506;
-        g.per_command_ns = Some(2_500_000);
-        t.gpu(0, QueueId(4), 5_000, &g);
-        t.forget(0, QueueId(4), 6_000);
-        t.gpu(0, QueueId(4), 7_000, &g);
-        t.finish(8_000);
-        let events: Vec<serde_json::Value> =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let events = traced("gpu", 8_000, |t| {
+            let mut g = GpuTimeSummary::default();
+            // Nothing measured: u is 0 and there is no command time yet.
+            t.gpu(0, QueueId(4), 1_000, &g);
+            g.busy_fraction = 0.5;
+            g.per_command_ns = Some(2_000_000);
+            t.gpu(0, QueueId(4), 2_000, &g);
+            // Unchanged, then a move too small to show: nothing written.
+            t.gpu(0, QueueId(4), 3_000, &g);
+            g.busy_fraction = 0.502;
+            t.gpu(0, QueueId(4), 4_000, &g);
+            // The small moves add up against what the timeline shows.
+            g.busy_fraction = 0.506;
+            g.per_command_ns = Some(2_500_000);
+            t.gpu(0, QueueId(4), 5_000, &g);
+            t.forget(0, QueueId(4), 6_000);
+            t.gpu(0, QueueId(4), 7_000, &g);
+        });
         let series = |name: &str, arg: &str| -> Vec<(f64, f64)> {
             events
                 .iter()
@@ -299,22 +301,16 @@ mod tests {
             series("q4 GPU time per command (µs)", "us"),
             [(2.0, 2_000.0), (5.0, 2_500.0), (7.0, 2_500.0)]
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn drained_suspensions_are_written_when_they_grow() {
-        let dir = std::env::temp_dir().join(format!("xp-trace-drains-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t.json");
-        let mut t = Trace::create(&path).unwrap();
         // None yet: no series; then each new total once.
-        for (now, total) in [(1_000, 0), (2_000, 3), (3_000, 3), (4_000, 5)] {
-            t.drains(0, QueueId(2), now, total);
-        }
-        t.finish(5_000);
-        let events: Vec<serde_json::Value> =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let events = traced("drains", 5_000, |t| {
+            for (now, total) in [(1_000, 0), (2_000, 3), (3_000, 3), (4_000, 5)] {
+                t.drains(0, QueueId(2), now, total);
+            }
+        });
         let series: Vec<(f64, u64)> = events
             .iter()
             .filter(|e| e["ph"] == "C" && e["name"] == "q2 drained suspensions")
@@ -326,6 +322,5 @@ mod tests {
             })
             .collect();
         assert_eq!(series, [(2.0, 3), (4.0, 5)]);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

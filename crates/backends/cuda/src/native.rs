@@ -115,7 +115,6 @@ impl Stream {
     /// A stream of CUDA priority `priority` (smaller runs first; see
     /// [`Device::stream_priority_range`]).
     pub fn new(device: &Arc<Device>, priority: i32) -> Result<Self> {
-        device.bind()?;
         let done = Event::new(device)?;
         let raw = create_stream(device, priority)?;
         Ok(Self {

@@ -11,12 +11,7 @@ impl State {
     /// What `queue`'s agent last published of its suspend and resume latencies.
     fn queue_latencies(&self, queue: QueueId) -> Option<Latencies> {
         let e = self.queues.get(&queue)?;
-        let slot = self
-            .clients
-            .get(&e.client)?
-            .segment
-            .as_ref()?
-            .slot(e.slot)?;
+        let slot = self.clients.get(&e.client)?.slot(e.slot)?;
         Some(Latencies {
             suspend: slot.suspend_latency.load(),
             drain: slot.drain_latency.load(),
