@@ -8,6 +8,7 @@
 //! The driver calls go through the table the queue was given ([`crate::entry::Driver`]): the
 //! shim's own libcuda table, or cudarc's.
 
+pub mod capture;
 mod hal;
 mod launch_times;
 mod lv2;

@@ -9,13 +9,15 @@
 //! work and waits for it; if more work was launched meanwhile it goes on (once the launches
 //! rest), so the marker (and the Idle) completes only once everything launched has. The flag is cleared before the launch
 //! count is read again: a launch racing with the end of a marker is either seen by the watcher
-//! or opens a marker of its own.
+//! or opens a marker of its own. While a stream capture is in progress in the process the
+//! watcher records nothing (`capture.rs`): its event would be captured with the application's
+//! work.
 //!
 //! A marker submitted while the queue is suspended stays in the pending buffer until the
 //! resume, but the launch it stands for is already on the GPU: at Lv3 the process is then
 //! interrupted at once ("held") and restored when the marker leaves the buffer.
 
-use super::{CudaQueue, backend};
+use super::{CudaQueue, backend, capture};
 use crate::entry::{self, Handle, SUCCESS};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use xpreempt_hal::HalError;
@@ -56,7 +58,11 @@ impl Observer {
                 }
             }
             let seen = self.real_launches.load(Ordering::SeqCst);
-            self.wait_for_stream(hal)?;
+            if !self.wait_for_stream(hal)? {
+                // A capture is in progress: nothing may be recorded until it ends.
+                hal.nap();
+                continue;
+            }
             self.armed.store(false, Ordering::SeqCst);
             if self.real_launches.load(Ordering::SeqCst) != seen
                 && !self.armed.swap(true, Ordering::SeqCst)
@@ -85,26 +91,30 @@ impl Observer {
         }
     }
 
-    /// Records an event after the stream's latest work and waits for it. A per-thread stream's
-    /// own thread records it behind each of its calls (`CudaQueue::owner_marked`): this thread
-    /// would record on a stream of its own.
-    fn wait_for_stream(&self, hal: &CudaQueue) -> Result<(), HalError> {
+    /// Records an event after the stream's latest work and waits for it; false, with nothing
+    /// recorded, while a stream capture is in progress (`capture.rs`). A per-thread stream's own
+    /// thread records it behind each of its calls (`CudaQueue::owner_marked`): this thread would
+    /// record on a stream of its own.
+    fn wait_for_stream(&self, hal: &CudaQueue) -> Result<bool, HalError> {
         let ev = {
             let mut g = hal.lock();
             if g.retired {
-                return Ok(());
+                return Ok(true);
             }
             if hal.owner_only() {
                 let mark = *hal.owner_mark.lock().unwrap_or_else(|p| p.into_inner());
                 let Some(ev) = mark else {
-                    return Ok(());
+                    return Ok(true);
                 };
                 hal.begin_poll();
                 drop(g);
                 let _ctx = hal.enter();
                 let r = poll(hal, ev as Handle);
                 hal.end_poll();
-                return r;
+                return r.map(|()| true);
+            }
+            if capture::in_progress() {
+                return Ok(false);
             }
             let _ctx = hal.enter();
             let ev = match g.free.pop() {
@@ -130,7 +140,7 @@ impl Observer {
             g.free.push(ev);
         }
         drop(g);
-        r
+        r.map(|()| true)
     }
 }
 

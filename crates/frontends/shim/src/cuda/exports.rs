@@ -9,9 +9,9 @@ use super::launch;
 use super::ordering;
 use super::priority;
 use super::real::Real;
-use super::streams::{self, CAPTURES};
+use super::streams;
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
+use xpreempt_cuda::queue::capture;
 
 macro_rules! real {
     ($name:ident) => {{
@@ -444,22 +444,18 @@ macro_rules! begin_capture {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(s: usize, $($a: usize),*) -> CUresult {
             let real = real!($name);
+            capture::begins();
             let _ = std::panic::catch_unwind(|| {
                 ordering::before_direct(s as Handle, $p);
                 streams::quiesce();
             });
-            CAPTURES.fetch_add(1, Ordering::SeqCst);
             let r = call_real!(real, s, $($a),*);
             if r != SUCCESS {
-                end_one_capture();
+                capture::ends();
             }
             r
         }
     };
-}
-
-fn end_one_capture() {
-    let _ = CAPTURES.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1));
 }
 
 begin_capture!(cuStreamBeginCapture(mode), ptsz false);
@@ -475,7 +471,7 @@ macro_rules! end_capture {
         pub unsafe extern "C" fn $name(s: usize, graph: usize) -> CUresult {
             let real = real!($name);
             let r = call_real!(real, s, graph);
-            end_one_capture();
+            capture::ends();
             r
         }
     };

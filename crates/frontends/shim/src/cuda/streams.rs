@@ -8,11 +8,12 @@ use super::driver::{self, Handle, STREAM_LEGACY, STREAM_NON_BLOCKING, STREAM_PER
 use super::settings::{Settings, poll_nap, settings};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use xpreempt_agent::{Agent, Declaration, Options};
 use xpreempt_core::xqueue::threaded::{Preemptible, SharedXQueue};
 use xpreempt_core::{Hints, Level, Priority, QueueConfig};
+use xpreempt_cuda::queue::capture;
 use xpreempt_cuda::{CudaQueue, CudaQueueConfig};
 
 pub struct StreamQueue {
@@ -118,8 +119,6 @@ type Key = (usize, usize);
 
 /// `None`: the stream passes through (its queue could not be made).
 static QUEUES: Mutex<Option<HashMap<Key, Option<Arc<StreamQueue>>>>> = Mutex::new(None);
-/// Stream captures in progress in the process; while 0 no launch asks the driver.
-pub static CAPTURES: AtomicUsize = AtomicUsize::new(0);
 /// Interception is off in this process (a forked child, or the agent could not start).
 static OFF: AtomicBool = AtomicBool::new(false);
 static AGENT: OnceLock<Option<Agent>> = OnceLock::new();
@@ -517,13 +516,20 @@ pub fn forget_all() {
     }
 }
 
-/// Before a stream capture begins: nothing of the process is in flight, so no completion
-/// watcher touches the driver while the capture runs.
+/// Before a stream capture begins, once it is counted (`capture::begins`): no completion
+/// watcher records on a stream while the capture runs. A queue's own work is all complete by
+/// then; an observer records nothing until the capture ends, so it is only fenced (waiting for
+/// its marker could outlast another thread's capture, or this one's).
 pub fn quiesce() {
     if !enabled() {
         return;
     }
     for q in all() {
+        let hal = q.xq.hal();
+        if hal.observer().is_some() {
+            hal.fence_capture();
+            continue;
+        }
         q.wait_launched();
         let _ = q.xq.wait_all();
     }
@@ -546,5 +552,5 @@ pub fn held_where(f: impl Fn(&StreamQueue) -> bool) -> Vec<Arc<StreamQueue>> {
 
 /// A launch on `stream` while a capture is active goes straight to the driver.
 pub fn capturing(stream: Handle) -> bool {
-    CAPTURES.load(Ordering::Relaxed) > 0 && driver::is_capturing(stream)
+    capture::in_progress() && driver::is_capturing(stream)
 }
