@@ -51,6 +51,18 @@ fn work_on_other_streams_during_a_capture_does_not_break_it() {
     });
 }
 
+#[test]
+fn captures_begun_behind_work_in_many_threads_stay_whole() {
+    everywhere("captures-in-threads", |o| {
+        assert!(
+            o.log.lines_with("capture-error").is_empty(),
+            "{}: {:?}",
+            o.label,
+            o.log.lines_with("capture-error")
+        );
+    });
+}
+
 fn graph_in_legacy_order(o: &Outcome) {
     o.log.assert_in_order(&[1, 2, 10, 11, 3]);
     o.log.assert_before(11, 4);

@@ -77,6 +77,50 @@ void capture_beside_work(void) {
     }
 }
 
+struct capturer {
+    long base;
+    int failed;
+};
+
+/* Each round: a kernel, then a capture that begins right behind it on the same stream. */
+static void *capture_rounds(void *arg) {
+    struct capturer *c = arg;
+    thread_setup();
+    CUstream s = new_stream(CU_STREAM_NON_BLOCKING);
+    for (long i = 0; i < 40; i++) {
+        long id = c->base + 2 * i;
+        K(s, id, 20, 0, 0);
+        void *g = 0, *exec;
+        CHECK(cu.StreamBeginCapture(s, MODE_THREAD_LOCAL));
+        K(s, id + 1, 20, 0, 0);
+        if (cu.StreamEndCapture(s, &g) != 0) {
+            c->failed++;
+            continue;
+        }
+        CHECK(cu.GraphInstantiate(&exec, g, 0));
+        CHECK(cu.GraphLaunch(exec, s));
+    }
+    CHECK(cu.StreamSynchronize(s));
+    return NULL;
+}
+
+/* Several threads capture at once, each on its own stream right behind its own work, as
+ * PyTorch's graph pools do: nothing of the shim's may land in (and so break) a capture. */
+void captures_in_threads(void) {
+    enum { T = 6 };
+    struct capturer c[T];
+    pthread_t t[T];
+    for (int i = 0; i < T; i++) {
+        c[i] = (struct capturer){10000 * (i + 1), 0};
+        pthread_create(&t[i], NULL, capture_rounds, &c[i]);
+    }
+    for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < T; i++) {
+        EXPECT(c[i].failed == 0, "thread %d: %d of 40 captures failed", i, c[i].failed);
+        for (long j = 0; j < 80; j++) EXPECT(cu.runs(c[i].base + j) == 1, "kernel %ld ran %ld times", c[i].base + j, cu.runs(c[i].base + j));
+    }
+}
+
 /* A graph of kernels `first` and `first + 1` (300 us each), captured on a stream of its own. */
 static void *two_kernel_graph(long first) {
     CUstream c = new_stream(0);

@@ -19,6 +19,7 @@
     X("runtime-reset", runtime_reset)                                                              \
     X("capture", capture)                                                                          \
     X("capture-beside-work", capture_beside_work)                                                  \
+    X("captures-in-threads", captures_in_threads)                                                  \
     X("graph-legacy", graph_legacy)                                                                \
     X("graph-legacy-reset", graph_legacy_reset)                                                    \
     X("stream-destroy", stream_destroy)                                                            \
