@@ -4,6 +4,9 @@
 //! a pass-through queue's observer, which records its events from its own thread behind the
 //! application's work, records none while a capture is in progress (`observe.rs`), and the
 //! front end fences the observers before the capture begins ([`CudaQueue::fence_capture`]).
+//! The gate is the whole process's, since a stream joins a capture through any event wait: while
+//! a capture runs, an observed stream's Idle waits for its end (a capture left open for good
+//! would keep them Ready).
 
 use super::CudaQueue;
 use std::sync::atomic::{AtomicUsize, Ordering};
