@@ -105,6 +105,16 @@ class Summary(unittest.TestCase):
         self.assertIn("Failures: boom", md)
 
 
+    def test_a_p99_of_few_requests_is_marked_as_their_maximum(self):
+        self.assertNotIn("(max of", markdown(self.s, {}))
+        few = [r for r in runs() if r["scenario"] != "pair" or r["mode"] != "xp"]
+        for r in (1, 2, 3):
+            few.append({"id": f"r{r}-x", "round": r, "scenario": "pair", "mode": "xp",
+                        "jobs": {"lc": lc([1.0 + r, 2.0, 3.0]), "be": be(50.0)}})
+        md = markdown(summarize(few, SCEN), {})
+        self.assertIn("| xp | lc | LC/10 | 3.00 | 4.00 (max of 9) |", md)
+
+
 class DoNoHarm(unittest.TestCase):
     """The goal's two checks, on a pair where a baseline beats xp and the LC gains nothing."""
 
