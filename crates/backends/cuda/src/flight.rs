@@ -127,6 +127,18 @@ impl Flight {
         self.guarded > 0
     }
 
+    /// Whether a guarded kernel at or above the completion watermark `done` is in flight (the
+    /// entries below it are retired only at the next launch or stop).
+    pub fn has_guarded_from(&self, done: Seq) -> bool {
+        self.guarded > 0
+            && self
+                .entries
+                .iter()
+                .rev()
+                .take_while(|&&(seq, _)| seq >= done)
+                .any(|&(_, slot)| slot.is_some())
+    }
+
     /// The newest entry: (seq, completion slot of a guarded kernel).
     pub fn last(&self) -> Option<(Seq, Option<u32>)> {
         self.entries.back().copied()
@@ -155,6 +167,20 @@ impl Flight {
 mod tests {
     use super::*;
     use xpreempt_types::Command;
+
+    #[test]
+    fn a_completed_guarded_kernel_is_not_in_flight_before_it_is_retired() {
+        let mut f = Flight::new(4, 8);
+        f.push(0, Some(0));
+        f.push(1, None);
+        assert!(f.has_guarded_from(0));
+        assert!(!f.has_guarded_from(1), "the guarded kernel completed");
+        assert!(f.has_guarded(), "not retired yet");
+        f.push(2, Some(1));
+        assert!(f.has_guarded_from(2));
+        assert!(!f.has_guarded_from(3));
+        assert!(!Flight::new(4, 8).has_guarded_from(0));
+    }
 
     #[test]
     fn flag_only_when_no_unguarded_command_follows_a_guarded_kernel() {

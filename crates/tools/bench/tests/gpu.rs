@@ -241,6 +241,39 @@ fn lv2_relaunch_skips_finished_blocks() {
     );
 }
 
+/// Level 3 by cost: a queue with a guard-built kernel in flight reports an interrupt that costs
+/// nothing (its Lv2 part stops the kernel at its next block), so a suspension interrupts it; once
+/// the kernel is done the cost is the process's measured SET_TIMESLICE call again (none here:
+/// this process has no level 3).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_guarded_kernel_in_flight_makes_the_interrupt_free() {
+    let e = env();
+    let q = queue(&e, Level::Lv2);
+    let blocks = 2 * e.wave;
+    let counts = DeviceBuffer::zeroed(blocks as usize * 4).expect("alloc");
+    e.device.bind().expect("bind");
+    assert_eq!(
+        q.hal().interrupt_cost_ns(),
+        None,
+        "an idle queue without level 3"
+    );
+    let k = e
+        .kernel(Shape::Spin, true, blocks, 2000.0, counts.ptr, 0)
+        .expect("kernel");
+    q.submit_with_retry(Command::kernel(Deferred::kernel(k)), Duration::from_secs(5))
+        .expect("submit");
+    assert_eq!(
+        q.hal().interrupt_cost_ns(),
+        Some(0),
+        "a guard-built kernel of 4 ms is in flight"
+    );
+    q.wait_all().expect("wait_all");
+    assert_eq!(q.hal().interrupt_cost_ns(), None, "nothing in flight");
+    let v = counts.read_u32().expect("read");
+    assert!(v.iter().all(|&c| c == 1), "every block ran once");
+}
+
 /// The `xpreempt-bench` binary: $XPREEMPT_BENCH_BIN, else the one beside $XPREEMPT_BIN (the
 /// `xpreempt` of a folder of release binaries copied to the GPU machine), else the one cargo built
 /// beside this test.

@@ -306,11 +306,15 @@ impl HwQueue for CudaQueue {
     }
 
     /// The process's measured SET_TIMESLICE call: the least an interrupt takes to act (the
-    /// context switch that follows comes on top). With a guard-built kernel in flight it is 0:
-    /// the interrupt's Lv2 part stops that kernel at its next block, whatever the call costs.
+    /// context switch that follows comes on top). With a guard-built kernel in flight (or stopped)
+    /// it is 0: the interrupt's Lv2 part stops that kernel at its next block, whatever the call
+    /// costs. The busy word alone may still count a guarded kernel that has completed.
     fn interrupt_cost_ns(&self) -> Option<Nanos> {
         if self.lv2 && self.lv2_busy() {
-            return Some(0);
+            let g = self.lock();
+            if self.lv2_frozen(&g) || g.lv2.flight.has_guarded_from(g.completed) {
+                return Some(0);
+            }
         }
         let cost = self.lv3.as_ref()?.set_cost()?;
         Some(u64::try_from(cost.as_nanos()).unwrap_or(u64::MAX))
