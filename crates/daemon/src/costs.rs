@@ -3,10 +3,9 @@
 //! registered) are sampled on the daemon's tick, and what each queue gained since the last
 //! sample is added to its device's and level's current epoch; a suspension that drained
 //! although the queue's level could stop the hardware counts as an Lv1 drain. An epoch spans
-//! [`EPOCH`]; the
-//! newest [`EPOCHS`] epochs that hold samples are kept, so the costs describe the last minute
-//! of suspensions on a busy device and the last ones measured on a quiet one (how far back
-//! they reach is part of the answer).
+//! [`EPOCH`]; the newest [`EPOCHS`] epochs that hold samples are kept, so the costs describe the
+//! last minute of suspensions on a busy device and the last ones measured on a quiet one (how
+//! far back they reach is part of the answer).
 
 use std::collections::{BTreeMap, VecDeque};
 use xpreempt_core::{Level, Nanos, QueueId};

@@ -61,6 +61,16 @@ pub struct Lv3Control<C: ?Sized = dyn TimesliceControl> {
 /// The process's one Lv3 control as the queues hold it.
 pub type ProcessLv3 = Arc<Lv3Control>;
 
+/// Starts the thread `name` that runs `control`'s held restores ([`Lv3Control::run_restorer`]);
+/// if it cannot be started, restores act at once.
+pub fn spawn_restorer(control: &ProcessLv3, name: &str) -> std::io::Result<()> {
+    let c = control.clone();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || c.run_restorer())
+        .map(drop)
+}
+
 impl<C: ?Sized> std::fmt::Debug for Lv3Control<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lv3Control")

@@ -125,11 +125,7 @@ pub fn shared() -> std::result::Result<ProcessLv3, Lv3Unavailable> {
     let normal = ts.normal_us;
     let c: ProcessLv3 = Arc::new(Lv3Control::new(ts, normal));
     // As in the shim: the last restore is held by this thread (restores act at once without it).
-    let restorer = c.clone();
-    if let Err(e) = std::thread::Builder::new()
-        .name("lv3-restorer".into())
-        .spawn(move || restorer.run_restorer())
-    {
+    if let Err(e) = xpreempt_cuda::lv3::spawn_restorer(&c, "lv3-restorer") {
         tracing::warn!("no Lv3 restorer thread ({e}); restores act at once");
     }
     *g = Some(c.clone());

@@ -38,10 +38,7 @@ pub fn control() -> Option<ProcessLv3> {
 fn start_restorer() {
     static STARTED: Once = Once::new();
     STARTED.call_once(|| {
-        let spawned = std::thread::Builder::new()
-            .name("xpreempt-lv3".into())
-            .spawn(|| CONTROL.run_restorer());
-        if let Err(e) = spawned {
+        if let Err(e) = xpreempt_cuda::lv3::spawn_restorer(&CONTROL, "xpreempt-lv3") {
             shim_log!("no thread to hold the timeslice low ({e}); restores act at once");
         }
     });
