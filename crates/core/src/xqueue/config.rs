@@ -25,6 +25,9 @@ pub struct QueueConfig {
     /// See [`Self::with_gpu_window`].
     #[serde(default)]
     gpu_window_ns: Option<Nanos>,
+    /// See [`Self::with_ready_when_waited`].
+    #[serde(default)]
+    ready_when_waited: bool,
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -47,6 +50,7 @@ impl Default for QueueConfig {
             level: Level::Lv3,
             idle_poll_ns: DEFAULT_IDLE_POLL_NS,
             gpu_window_ns: None,
+            ready_when_waited: false,
         }
     }
 }
@@ -69,6 +73,7 @@ impl QueueConfig {
             level,
             idle_poll_ns: DEFAULT_IDLE_POLL_NS,
             gpu_window_ns: None,
+            ready_when_waited: false,
         })
     }
 
@@ -94,6 +99,24 @@ impl QueueConfig {
     pub fn with_gpu_window(mut self, ns: Nanos) -> Self {
         self.gpu_window_ns = Some(ns);
         self
+    }
+
+    /// The queue reports Ready once its work is waited for ([`XQueue::waited`]: the application
+    /// blocks on it or polls it) or held back (buffered while the queue is suspended), not at
+    /// the submission that starts a burst. A queue's Ready is what stops the queues below it,
+    /// so work nobody waits on runs beside them: a launch-bound application that rarely waits
+    /// (eager decoding, whose GPU keeps up with its launches) no longer holds a GPU-bound lower
+    /// queue back for as long as it launches, only while it waits. For front ends that see the
+    /// application's waits; the others report Ready at submission.
+    ///
+    /// [`XQueue::waited`]: crate::XQueue::waited
+    pub fn with_ready_when_waited(mut self) -> Self {
+        self.ready_when_waited = true;
+        self
+    }
+
+    pub fn ready_when_waited(&self) -> bool {
+        self.ready_when_waited
     }
 
     pub fn gpu_window_ns(&self) -> Option<Nanos> {

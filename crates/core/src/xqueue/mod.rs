@@ -11,6 +11,7 @@
 
 mod bound;
 mod config;
+mod report;
 pub mod threaded;
 
 pub use bound::{BoundQueue, DriveError};
@@ -79,6 +80,9 @@ pub struct XQueue<P> {
     resuming_since: Option<Nanos>,
     /// Whether the last event reported was Ready (true) or Idle (false).
     reported_active: bool,
+    /// The application waited for the work of this burst
+    /// ([`QueueConfig::with_ready_when_waited`]).
+    waited: bool,
     /// Events reported so far: orders reports that travel on different threads.
     transitions: u64,
     stats: QueueStats,
@@ -103,6 +107,7 @@ impl<P> XQueue<P> {
             stopping_since: None,
             resuming_since: None,
             reported_active: false,
+            waited: false,
             transitions: 0,
             stats: QueueStats::default(),
         }
@@ -227,26 +232,6 @@ impl<P> XQueue<P> {
     ) -> Result<Option<QueueReport>, QueueOpError> {
         self.progress(hal, now)?;
         Ok(self.take_report())
-    }
-
-    /// The Ready/Idle report owed to the scheduler, if the queue's activity changed since the
-    /// last one.
-    pub fn take_report(&mut self) -> Option<QueueReport> {
-        let active = !self.is_idle();
-        if active == self.reported_active {
-            return None;
-        }
-        self.reported_active = active;
-        self.transitions += 1;
-        let generation = self.transitions;
-        Some(if active {
-            QueueReport::Ready {
-                pending: self.pending.len(),
-                generation,
-            }
-        } else {
-            QueueReport::Idle { generation }
-        })
     }
 
     fn progress<H: HwQueue<Payload = P>>(

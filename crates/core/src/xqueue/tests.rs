@@ -316,10 +316,16 @@ proptest! {
     /// Reports alternate Ready/Idle, an Idle comes only while the queue is drained, and a
     /// drained queue reports it in the end.
     #[test]
-    fn a_queue_reports_idle_when_drained_and_always(steps in proptest::collection::vec(step(), 1..80)) {
+    /// So too for a queue whose Ready waits for a wait (`waits`: the application waits after
+    /// every so many steps).
+    fn a_queue_reports_idle_when_drained_and_always(
+        steps in proptest::collection::vec(step(), 1..80),
+        waits in proptest::option::of(1..5usize),
+    ) {
         let dev = RefDevice::new();
         let hal = dev.create_queue(Level::Lv1);
         let config = QueueConfig::new(3, 2, Level::Lv1).unwrap();
+        let config = if waits.is_some() { config.with_ready_when_waited() } else { config };
         let mut q = XQueue::new(hal.queue_id(), config, hal.max_level());
         let mut now = 0;
         let mut reports = Vec::new();
@@ -332,7 +338,11 @@ proptest! {
             }
             Ok(())
         };
-        for s in steps {
+        for (n, s) in steps.into_iter().enumerate() {
+            if waits.is_some_and(|k| n % k == 0) {
+                let r = q.waited();
+                check(&mut q, r, now)?;
+            }
             let first = match s {
                 Step::Submit { blocks, block_ns, .. } => q.submit(&hal, kernel(blocks, block_ns), || 0).unwrap().report,
                 Step::Suspend(_) => {
@@ -366,6 +376,84 @@ proptest! {
         }
         prop_assert!(reports.len() % 2 == 0, "the drained queue never reported Idle: {:?}", reports);
     }
+}
+
+fn waiting_queue() -> (RefDevice, RefQueue, XQueue<RefKernel>) {
+    let dev = RefDevice::new();
+    let hal = dev.create_queue(Level::Lv1);
+    let config = QueueConfig::new(4, 2, Level::Lv1)
+        .unwrap()
+        .with_ready_when_waited();
+    let q = XQueue::new(hal.queue_id(), config, hal.max_level());
+    (dev, hal, q)
+}
+
+#[test]
+fn a_queue_ready_when_waited_reports_a_burst_only_once_it_is_waited_for() {
+    let (dev, hal, mut q) = waiting_queue();
+    // A burst nobody waits for runs and ends without a report.
+    assert!(!q.is_unclaimed());
+    assert_eq!(q.submit(&hal, kernel(1, 100), || 0).unwrap().report, None);
+    assert!(q.is_unclaimed());
+    assert_eq!(run_to_idle(&dev, &hal, &mut q), 0);
+    assert!(!q.is_unclaimed());
+    assert_eq!((q.take_report(), q.transitions()), (None, 0));
+    // Waited for: Ready at once, and it stands until the queue is idle.
+    for _ in 0..2 {
+        assert_eq!(q.submit(&hal, kernel(1, 100), || 0).unwrap().report, None);
+    }
+    let ready = QueueReport::Ready {
+        pending: 0,
+        generation: 1,
+    };
+    assert_eq!(q.waited(), Some(ready));
+    assert!(!q.is_unclaimed());
+    assert_eq!(q.waited(), None);
+    let t = dev.next_event().unwrap();
+    dev.advance_to(t);
+    assert_eq!(
+        q.poll(&hal, t).unwrap(),
+        None,
+        "one command is still in flight"
+    );
+    let t = dev.next_event().unwrap();
+    dev.advance_to(t);
+    assert_eq!(
+        q.poll(&hal, t).unwrap(),
+        Some(QueueReport::Idle { generation: 2 })
+    );
+    // The wait was this burst's: the next one starts unreported again, and a wait on an idle
+    // queue is not carried over to it.
+    assert_eq!(q.waited(), None);
+    assert_eq!(q.submit(&hal, kernel(1, 100), || 0).unwrap().report, None);
+}
+
+#[test]
+fn work_held_back_by_a_suspension_reports_ready_without_a_wait() {
+    let (dev, hal, mut q) = waiting_queue();
+    q.suspend(&hal, 0).unwrap();
+    let held = q.submit(&hal, kernel(1, 100), || 0).unwrap().report;
+    assert!(!q.is_unclaimed());
+    assert_eq!(
+        held,
+        Some(QueueReport::Ready {
+            pending: 1,
+            generation: 1
+        })
+    );
+    q.resume(&hal, 0).unwrap();
+    assert_eq!(q.pending_len(), 0);
+    assert_eq!(
+        q.take_report(),
+        None,
+        "the Ready stands while the work runs"
+    );
+    let t = dev.next_event().unwrap();
+    dev.advance_to(t);
+    assert_eq!(
+        q.poll(&hal, t).unwrap(),
+        Some(QueueReport::Idle { generation: 2 })
+    );
 }
 
 #[test]

@@ -114,6 +114,9 @@ struct Inner<H: HwQueue> {
     shutdown: AtomicBool,
     /// The queue stops through Lv2's `deactivate`, so a suspension tries `stop_ahead` first.
     stops_ahead: bool,
+    /// Its Ready waits for a wait ([`crate::QueueConfig::with_ready_when_waited`]), so a
+    /// submission is not announced ahead of it.
+    ready_when_waited: bool,
     epoch: Instant,
     sink: Option<EventSink>,
     /// The priorities of the calls in [`SharedXQueue::wait_launched_for`] now.
@@ -154,6 +157,7 @@ where
     pub fn new(queue: XQueue<H::Payload>, hal: H, sink: Option<EventSink>) -> Self {
         let id = queue.id();
         let stops_ahead = queue.stops_ahead();
+        let ready_when_waited = queue.config().ready_when_waited();
         let inner = Arc::new(Inner {
             hal,
             queue: Mutex::new(queue),
@@ -165,6 +169,7 @@ where
             reported_active: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             stops_ahead,
+            ready_when_waited,
             epoch: Instant::now(),
             sink,
             waiters: Mutex::new(Vec::new()),
@@ -201,20 +206,30 @@ where
             return Err(TrySubmitError::Busy(self.id, command));
         }
         let announced = match &self.inner.sink {
-            Some(sink) if !self.inner.reported_active.load(Ordering::Relaxed) => {
+            Some(sink)
+                if !self.inner.ready_when_waited
+                    && !self.inner.reported_active.load(Ordering::Relaxed) =>
+            {
                 sink.submitting(self.id);
                 true
             }
             _ => false,
         };
         let kind = command.op.kind();
-        let (submitted, watcher_polls) = {
+        let (submitted, watcher_polls, wake_unreported) = {
             let mut q = self.inner.lock();
+            let was_idle = q.is_idle();
+            let held_before = q.pending_len() > 0;
             match q.submit(&self.inner.hal, command, || self.inner.now()) {
                 Ok(s) => {
                     // Work waiting for room needs the watcher at once to launch it.
                     let polls = self.inner.polling.load(Ordering::Relaxed) && q.pending_len() == 0;
-                    (s, polls)
+                    // A burst whose Ready waits for a wait still needs the watcher to see it
+                    // complete, and work held back in it, to launch that work.
+                    let unreported = s.report.is_none()
+                        && self.inner.ready_when_waited
+                        && (was_idle || (!held_before && q.pending_len() > 0));
+                    (s, polls, unreported)
                 }
                 Err(e) => {
                     let idle = q.is_idle();
@@ -234,15 +249,31 @@ where
             self.inner
                 .report(self.id, QueueReport::Submitted { kind, seq });
         }
-        if let Some(report) = submitted.report {
+        if submitted.report.is_some() || wake_unreported {
             if watcher_polls {
                 self.inner.wake_owed.store(true, Ordering::Relaxed);
             } else {
                 self.inner.work.notify_one();
             }
+        }
+        if let Some(report) = submitted.report {
             self.inner.report(self.id, report);
         }
         Ok(submitted.seq)
+    }
+
+    /// The application waits for this queue's work: it blocks on it or polls it. A queue whose
+    /// Ready waits for that ([`crate::QueueConfig::with_ready_when_waited`]) reports it now.
+    pub fn waited(&self) {
+        if !self.inner.ready_when_waited || self.inner.reported_active.load(Ordering::Relaxed) {
+            return;
+        }
+        let report = self.inner.lock().waited();
+        if let Some(report) = report {
+            // The watcher follows the burst closely from now on.
+            self.inner.work.notify_one();
+            self.inner.report(self.id, report);
+        }
     }
 
     /// Launches from the pending buffer into the room made by the completions the hardware can
@@ -295,6 +326,7 @@ where
     /// Blocks until command `seq` has completed. A launched command is waited for on the
     /// hardware from this thread, so completion is seen without a hand-off from the watcher.
     pub fn wait(&self, seq: Seq) -> Result<(), HalError> {
+        self.waited();
         // The watcher reports the Idle this wait is likely to end in: it starts now, off this
         // thread, rather than at its next poll.
         self.inner.pay_owed_wake();
@@ -388,40 +420,6 @@ where
                 .wait_timeout(q, Duration::from_millis(1))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
-        }
-    }
-}
-
-impl<H> SharedXQueue<H>
-where
-    H: HwQueue + Send + Sync + 'static,
-    H::Payload: Send + 'static,
-{
-    /// [`Self::wait_launched`] for work of priority `waiter` that must follow this queue's
-    /// buffered commands: meanwhile the queue inherits that priority (the highest of all such
-    /// waits under way), so that it is not left stopped on behalf of a queue that the waiter
-    /// outranks or equals — the circular wait in which the waiter would wait for itself.
-    pub fn wait_launched_for(&self, waiter: Priority) {
-        if self.pending_len() == 0 {
-            return;
-        }
-        let _loan = self.lend(waiter);
-        self.wait_launched();
-    }
-
-    fn set_waiter(&self, add: Option<Priority>, remove: Option<Priority>) {
-        // Reported under the waiters' lock, so that the reports of two threads arrive in the
-        // order of their changes (a late report would leave a stale inheritance behind).
-        let mut w = self.inner.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        let before = w.iter().copied().max();
-        w.extend(add);
-        if let Some(i) = remove.and_then(|r| w.iter().position(|&p| p == r)) {
-            w.swap_remove(i);
-        }
-        let after = w.iter().copied().max();
-        if before != after {
-            self.inner
-                .report(self.id, QueueReport::Inherit { priority: after });
         }
     }
 }

@@ -81,8 +81,9 @@ macro_rules! forward {
     ($name:ident($($a:ident),*) unload) => {
         forward!(@wrap $name($($a),*) before ordering::drain_all(), after launch::forget_layouts());
     };
+    // A synchronous call: the application waits for it, and it follows everything buffered.
     ($name:ident($($a:ident),*) drain_all) => {
-        forward!(@wrap $name($($a),*) before ordering::drain_all(), after ());
+        forward!(@wrap $name($($a),*) before { streams::waited_all(); ordering::drain_all() }, after ());
     };
 }
 
@@ -338,6 +339,7 @@ macro_rules! stream_sync {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(s: usize) -> CUresult {
             let real = real!($name);
+            let _ = std::panic::catch_unwind(|| streams::waited(s as Handle, $p));
             loop {
                 let seen = std::panic::catch_unwind(|| ordering::before_sync(s as Handle, $p))
                     .ok()
@@ -378,6 +380,7 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     let sticky = std::panic::catch_unwind(|| {
         // (A forked child must not touch the queues: their lock may be held by a thread that
         // only the parent has.)
+        streams::waited_all();
         if !streams::active() {
             return SUCCESS;
         }
@@ -404,6 +407,7 @@ macro_rules! stream_query {
             // NOT_READY while the stream holds buffered commands (or kernels stopped at Lv2); then
             // the error of a launch the driver refused from the buffer, once, as
             // cuStreamSynchronize reports it.
+            let _ = std::panic::catch_unwind(|| streams::waited(s as Handle, $p));
             let answer = std::panic::catch_unwind(|| {
                 streams::existing(s as Handle, $p).map_or(SUCCESS, |q| {
                     if q.xq.pending_len() > 0 || q.xq.hal().lv2_stopped() {
@@ -424,6 +428,27 @@ macro_rules! stream_query {
 
 stream_query!(cuStreamQuery, ptsz false);
 stream_query!(cuStreamQuery_ptsz, ptsz true);
+
+/// An event's work is waited for: the shim does not track which stream recorded an event, so
+/// every queue of the process counts as waited for (`streams::waited_all`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventSynchronize(ev: usize) -> CUresult {
+    let real = real!(cuEventSynchronize);
+    let _ = std::panic::catch_unwind(streams::waited_all);
+    call_real!(real, ev)
+}
+
+/// A query that finds the event's work unfinished is a wait by polling (see
+/// [`cuEventSynchronize`]).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventQuery(ev: usize) -> CUresult {
+    let real = real!(cuEventQuery);
+    let r = call_real!(real, ev);
+    if r == ERROR_NOT_READY {
+        let _ = std::panic::catch_unwind(streams::waited_all);
+    }
+    r
+}
 
 macro_rules! stream_destroy {
     ($name:ident) => {

@@ -136,6 +136,38 @@ fn launches_held_by_a_suspension_are_waited_for_without_inversion_or_deadlock() 
     drop(daemon);
 }
 
+/// A queue's work stops lower queues once its application waits for it, not at its launch:
+/// the holder's gated kernel leaves the low process running until the holder queries it.
+#[test]
+fn work_stops_lower_queues_once_it_is_waited_for() {
+    let (daemon, socket) = private_daemon("waited");
+    let mut low = Proc::spawn("suspended", &under_daemon(&socket, 0), &[]);
+    low.expect("@ready");
+    let mut holder = Proc::spawn("hold-late", &under_daemon(&socket, 10), &[]);
+    holder.expect("@launched");
+    let mut op = Operator::connect(&socket).expect("the operator connects");
+    let (low_pid, holder_pid) = (low.child.id(), holder.child.id());
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(300) {
+        let rows = op.list().expect("list");
+        assert!(
+            !rows_of(&rows, holder_pid).is_empty() && !held(&rows, low_pid),
+            "the low process was suspended for work nobody waits for: {rows:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    holder.send("wait");
+    holder.expect("@holding");
+    wait_until_held(&mut op, holder_pid, low_pid);
+    low.send("go");
+    low.expect("@blocked");
+    low.send("check");
+    low.expect("@checked");
+    let o = release(holder, low);
+    o.log.assert_in_order(&[1, 2, 3]);
+    drop(daemon);
+}
+
 /// The same conversation with the simulated driver alone: the application's checks are CUDA's.
 #[test]
 fn the_suspension_scenario_holds_on_the_driver_alone() {

@@ -1,7 +1,7 @@
 /* Two processes under a real xpreemptd, for a suspension the test controls: `hold` (run at a high
- * priority) keeps its queue busy with a gated kernel until the test tells it to let go; while it
- * does, the daemon keeps `suspended` (a low priority) suspended, so the commands that process
- * launches wait in the shim's buffer for certain. The two talk to the test on stdin and stdout. */
+ * priority) keeps its queue busy with a gated kernel, which it waits for, until the test tells it
+ * to let go; while it does, the daemon keeps `suspended` (a low priority) suspended, so the
+ * commands that process launches wait in the shim's buffer for certain. The two talk to the test on stdin and stdout. */
 #include "cu.h"
 #include "scenarios.h"
 #include <pthread.h>
@@ -10,6 +10,25 @@
 void hold(void) {
     CUstream s = new_stream(CU_STREAM_NON_BLOCKING);
     K(s, 1, 0, F_GATE, 0);
+    /* Work counts against lower queues once the application waits for it: a query that finds
+     * it unfinished is a wait by polling. */
+    CUresult r = cu.StreamQuery(s);
+    EXPECT(r == NOT_READY, "cuStreamQuery returned %d for the gated kernel", r);
+    say("@holding");
+    expect_line("release");
+    cu.release(1);
+    CHECK(cu.StreamSynchronize(s));
+}
+
+/* `hold`, except that it waits for its gated kernel only when the test says so: until then the
+ * kernel is work nobody waits for, which leaves lower queues running. */
+void hold_late(void) {
+    CUstream s = new_stream(CU_STREAM_NON_BLOCKING);
+    K(s, 1, 0, F_GATE, 0);
+    say("@launched");
+    expect_line("wait");
+    CUresult r = cu.StreamQuery(s);
+    EXPECT(r == NOT_READY, "cuStreamQuery returned %d for the gated kernel", r);
     say("@holding");
     expect_line("release");
     cu.release(1);

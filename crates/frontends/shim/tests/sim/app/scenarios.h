@@ -29,6 +29,7 @@
     X("sticky-elsewhere", sticky_elsewhere)                                                        \
     X("threads", threads)                                                                          \
     X("hold", hold)                                                                                \
+    X("hold-late", hold_late)                                                                      \
     X("suspended", suspended)                                                                      \
     X("per-thread-held", per_thread_held)                                                          \
     X("inherit", inherit)                                                                          \
