@@ -38,18 +38,6 @@ impl<P> XQueue<P> {
         self.take_report()
     }
 
-    /// A burst nobody waits for yet ([`crate::QueueConfig::with_ready_when_waited`]): unreported,
-    /// nothing held back, no suspension under way. Its completions only keep a window that is
-    /// not full open and show the queue idle, neither of them urgent.
-    pub fn is_unclaimed(&self) -> bool {
-        self.config.ready_when_waited()
-            && !self.reported_active
-            && !self.is_idle()
-            && self.pending.is_empty()
-            && !self.suspended
-            && !self.is_settling()
-    }
-
     /// Whether the queue's work is to count as Ready now: always, unless the queue waits to be
     /// waited for; then once it is, or once work is held back in its buffer.
     fn ready_due(&self) -> bool {

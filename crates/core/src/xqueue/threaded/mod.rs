@@ -216,20 +216,16 @@ where
             _ => false,
         };
         let kind = command.op.kind();
-        let (submitted, watcher_polls, wake_unreported) = {
+        let (submitted, watcher_polls, unreported_start) = {
             let mut q = self.inner.lock();
             let was_idle = q.is_idle();
-            let held_before = q.pending_len() > 0;
             match q.submit(&self.inner.hal, command, || self.inner.now()) {
                 Ok(s) => {
                     // Work waiting for room needs the watcher at once to launch it.
                     let polls = self.inner.polling.load(Ordering::Relaxed) && q.pending_len() == 0;
                     // A burst whose Ready waits for a wait still needs the watcher to see it
-                    // complete, and work held back in it, to launch that work.
-                    let unreported = s.report.is_none()
-                        && self.inner.ready_when_waited
-                        && (was_idle || (!held_before && q.pending_len() > 0));
-                    (s, polls, unreported)
+                    // complete.
+                    (s, polls, was_idle && s.report.is_none())
                 }
                 Err(e) => {
                     let idle = q.is_idle();
@@ -249,7 +245,7 @@ where
             self.inner
                 .report(self.id, QueueReport::Submitted { kind, seq });
         }
-        if submitted.report.is_some() || wake_unreported {
+        if submitted.report.is_some() || unreported_start {
             if watcher_polls {
                 self.inner.wake_owed.store(true, Ordering::Relaxed);
             } else {
@@ -270,8 +266,6 @@ where
         }
         let report = self.inner.lock().waited();
         if let Some(report) = report {
-            // The watcher follows the burst closely from now on.
-            self.inner.work.notify_one();
             self.inner.report(self.id, report);
         }
     }

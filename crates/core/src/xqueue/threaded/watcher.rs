@@ -21,34 +21,12 @@ pub(super) fn watch<H: HwQueue>(inner: &Inner<H>, id: QueueId) {
     let mut busy_tail = None;
     // Since when the watcher has found nothing to do.
     let mut idle_since: Option<Instant> = None;
-    // The launch tail of an unclaimed burst at the watcher's last look.
-    let mut unclaimed_tail = None;
     loop {
         let target = {
             let mut q = inner.lock();
             let target = loop {
                 if inner.shutdown.load(Ordering::Relaxed) {
                     return;
-                }
-                // A burst nobody waits for that is still getting launches is looked at once a
-                // tick rather than polled: polling the driver beside a launch-bound
-                // application's launches slows them, and such a burst may run for long beside
-                // lower queues. A wait, held-back work or a suspension wakes the watcher; a
-                // tail that rested a whole tick is followed to its end as usual.
-                if q.is_unclaimed() && unclaimed_tail != Some(q.next_seq()) {
-                    unclaimed_tail = Some(q.next_seq());
-                    q = inner
-                        .work
-                        .wait_timeout(q, IDLE_POLL_TICK)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                    if q.is_unclaimed() {
-                        drop(q);
-                        inner.hal.take_in_completions();
-                        inner.poll_and_report(id);
-                        q = inner.lock();
-                    }
-                    continue;
                 }
                 match q.wait_plan() {
                     WaitPlan::Nothing => {
