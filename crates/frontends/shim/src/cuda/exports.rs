@@ -61,6 +61,14 @@ macro_rules! forward {
     ($name:ident($($a:ident),*) stream $s:ident, ptsz $p:expr) => {
         forward!(@wrap $name($($a),*) before ordering::before_direct($s as Handle, $p), after ());
     };
+    // A host function or callback behind the stream's work: the application waits for that
+    // work, asking to be called back rather than blocking.
+    ($name:ident($($a:ident),*) callback $s:ident, ptsz $p:expr) => {
+        forward!(@wrap $name($($a),*) before {
+            streams::waited($s as Handle, $p);
+            ordering::before_direct($s as Handle, $p)
+        }, after ());
+    };
     // An asynchronous copy: ordered as any direct call and, in pass-through mode, observed as
     // work on its stream (`launch::observed`), as a launch is.
     ($name:ident($($a:ident),*) copy $s:ident, ptsz $p:expr) => {
@@ -131,10 +139,10 @@ forward!(cuMemcpy3DAsync_v2(a, s) copy s, ptsz false);
 forward!(cuMemcpy3DAsync_v2_ptsz(a, s) copy s, ptsz true);
 forward!(cuMemcpyPeerAsync(a, b, c, d, e, s) copy s, ptsz false);
 forward!(cuMemcpyPeerAsync_ptsz(a, b, c, d, e, s) copy s, ptsz true);
-forward!(cuLaunchHostFunc(s, b, c) stream s, ptsz false);
-forward!(cuLaunchHostFunc_ptsz(s, b, c) stream s, ptsz true);
-forward!(cuStreamAddCallback(s, b, c, d) stream s, ptsz false);
-forward!(cuStreamAddCallback_ptsz(s, b, c, d) stream s, ptsz true);
+forward!(cuLaunchHostFunc(s, b, c) callback s, ptsz false);
+forward!(cuLaunchHostFunc_ptsz(s, b, c) callback s, ptsz true);
+forward!(cuStreamAddCallback(s, b, c, d) callback s, ptsz false);
+forward!(cuStreamAddCallback_ptsz(s, b, c, d) callback s, ptsz true);
 forward!(cuEventRecord(e, s) stream s, ptsz false);
 forward!(cuEventRecord_ptsz(e, s) stream s, ptsz true);
 forward!(cuEventRecordWithFlags(e, s, f) stream s, ptsz false);

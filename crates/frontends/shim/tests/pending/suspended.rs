@@ -137,13 +137,24 @@ fn launches_held_by_a_suspension_are_waited_for_without_inversion_or_deadlock() 
 }
 
 /// A queue's work stops lower queues once its application waits for it, not at its launch:
-/// the holder's gated kernel leaves the low process running until the holder queries it.
+/// the holder's gated kernel leaves the low process running until the holder queries its
+/// stream, queries an event behind it, or asks for a host function behind it.
 #[test]
 fn work_stops_lower_queues_once_it_is_waited_for() {
-    let (daemon, socket) = private_daemon("waited");
+    for how in ["query", "event", "callback"] {
+        once_waited_for(how);
+    }
+}
+
+fn once_waited_for(how: &str) {
+    let (daemon, socket) = private_daemon(&format!("waited-{how}"));
     let mut low = Proc::spawn("suspended", &under_daemon(&socket, 0), &[]);
     low.expect("@ready");
-    let mut holder = Proc::spawn("hold-late", &under_daemon(&socket, 10), &[]);
+    let mut holder = Proc::spawn(
+        "hold-late",
+        &under_daemon(&socket, 10),
+        &[("HOLD_WAIT", how)],
+    );
     holder.expect("@launched");
     let mut op = Operator::connect(&socket).expect("the operator connects");
     let (low_pid, holder_pid) = (low.child.id(), holder.child.id());
@@ -152,7 +163,7 @@ fn work_stops_lower_queues_once_it_is_waited_for() {
         let rows = op.list().expect("list");
         assert!(
             !rows_of(&rows, holder_pid).is_empty() && !held(&rows, low_pid),
-            "the low process was suspended for work nobody waits for: {rows:#?}"
+            "{how}: the low process was suspended for work nobody waits for: {rows:#?}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }

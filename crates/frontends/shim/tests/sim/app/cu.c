@@ -76,6 +76,7 @@ void setup(void) {
     L(EventRecord, "cuEventRecord");
     L(EventQuery, "cuEventQuery");
     L(EventSynchronize, "cuEventSynchronize");
+    L(LaunchHostFunc, "cuLaunchHostFunc");
     L(MemAlloc, "cuMemAlloc");
     L(MemFree, "cuMemFree");
     L(MemcpyHtoD, "cuMemcpyHtoD");

@@ -60,6 +60,7 @@ struct cu {
     CUresult (*EventRecord)(CUevent, CUstream);
     CUresult (*EventQuery)(CUevent);
     CUresult (*EventSynchronize)(CUevent);
+    CUresult (*LaunchHostFunc)(CUstream, void (*)(void *), void *);
     CUresult (*MemAlloc)(CUdeviceptr *, size_t);
     CUresult (*MemFree)(CUdeviceptr);
     CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);

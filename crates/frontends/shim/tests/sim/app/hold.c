@@ -5,6 +5,8 @@
 #include "cu.h"
 #include "scenarios.h"
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 void hold(void) {
@@ -20,15 +22,31 @@ void hold(void) {
     CHECK(cu.StreamSynchronize(s));
 }
 
+static void called_back(void *arg) { (void)arg; }
+
 /* `hold`, except that it waits for its gated kernel only when the test says so: until then the
- * kernel is work nobody waits for, which leaves lower queues running. */
+ * kernel is work nobody waits for, which leaves lower queues running. It waits as HOLD_WAIT says:
+ * a stream query (the default), a query of an event recorded behind the kernel, or a host
+ * function behind it (a callback is a wait too). */
 void hold_late(void) {
+    const char *how = getenv("HOLD_WAIT");
+    how = how ? how : "query";
     CUstream s = new_stream(CU_STREAM_NON_BLOCKING);
+    CUevent ev;
+    CHECK(cu.EventCreate(&ev, 0));
     K(s, 1, 0, F_GATE, 0);
     say("@launched");
     expect_line("wait");
-    CUresult r = cu.StreamQuery(s);
-    EXPECT(r == NOT_READY, "cuStreamQuery returned %d for the gated kernel", r);
+    if (!strcmp(how, "event")) {
+        CHECK(cu.EventRecord(ev, s));
+        CUresult r = cu.EventQuery(ev);
+        EXPECT(r == NOT_READY, "cuEventQuery returned %d for an event behind the gated kernel", r);
+    } else if (!strcmp(how, "callback")) {
+        CHECK(cu.LaunchHostFunc(s, called_back, NULL));
+    } else {
+        CUresult r = cu.StreamQuery(s);
+        EXPECT(r == NOT_READY, "cuStreamQuery returned %d for the gated kernel", r);
+    }
     say("@holding");
     expect_line("release");
     cu.release(1);
