@@ -175,7 +175,7 @@ class Env:
         return env
 
     def prefix(self, job):
-        if not self.spec.get("xp"):
+        if not self.spec.get("xp") or self.spec.get("only_role", job["role"]) != job["role"]:
             return []
         return [self.xp_bin, "run", "--priority", str(job["priority"])] + self.spec.get("run_args", []) + ["--"]
 

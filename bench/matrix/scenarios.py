@@ -64,6 +64,10 @@ MODES = {
     # The BE's window bounded by command count only (no GPU-time bound): the A/B of that bound.
     "xp_count": {"xp": "plain", "be_env": {"XPREEMPT_GPU_WINDOW_US": "0"}, "variant_of": "xp"},
     "xp_mps_count": {"xp": "mps", "be_env": {"XPREEMPT_GPU_WINDOW_US": "0"}, "variant_of": "xp_mps"},
+    # Only one role's jobs under `xpreempt run`, the other's native: which side's interception
+    # costs a pair what it costs (nothing is stopped: a native job is not scheduled).
+    "xp_lc_only": {"xp": "plain", "only_role": "LC", "variant_of": "xp"},
+    "xp_be_only": {"xp": "plain", "only_role": "BE", "variant_of": "xp"},
 }
 # Every xpreempt mode again as `<mode>@base`, run with the binary of `--xpreempt-bin-base`: an A/B
 # of two builds of xpreempt in one run, their rounds interleaved like any other modes.

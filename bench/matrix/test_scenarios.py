@@ -139,6 +139,16 @@ class Plan(unittest.TestCase):
             groups = [m for i, m in enumerate(seq) if i == 0 or seq[i - 1] != m]
             self.assertEqual(len(groups), len(set(groups)), f"round {k}: a mode's runs are not contiguous: {seq}")
 
+    def test_a_mode_may_run_one_role_under_xpreempt_and_the_other_natively(self):
+        from procs import Env
+        lc, be = {"role": "LC", "priority": 10}, {"role": "BE", "priority": 0}
+        run = ["/xp", "run", "--priority"]
+        self.assertEqual(Env("xp", "/i", "/l", "/xp", "t").prefix(be), run + ["0", "--"])
+        only_lc = Env("xp_lc_only", "/i", "/l", "/xp", "t")
+        self.assertEqual((only_lc.prefix(lc), only_lc.prefix(be)), (run + ["10", "--"], []))
+        only_be = Env("xp_be_only", "/i", "/l", "/xp", "t")
+        self.assertEqual((only_be.prefix(lc), only_be.prefix(be)), ([], run + ["0", "--"]))
+
     def test_mode_filter_and_estimate(self):
         runs = plan(self.scenarios, 1, modes=["native"])
         self.assertEqual({r["mode"] for r in runs}, {"alone", "native"})
