@@ -29,7 +29,8 @@ impl<P> XQueue<P> {
         })
     }
 
-    /// The application waits for this queue's work (it blocks on it or polls it): a queue
+    /// The application waits for this queue's work (it blocks on it, polls it or asks to be
+    /// called back): a queue
     /// that reports Ready only then ([`crate::QueueConfig::with_ready_when_waited`]) owes it now.
     pub fn waited(&mut self) -> Option<QueueReport> {
         if !self.is_idle() {
@@ -39,7 +40,7 @@ impl<P> XQueue<P> {
     }
 
     /// Whether the queue's work is to count as Ready now: always, unless the queue waits to be
-    /// waited for; then once it is, or once work is held back in its buffer.
+    /// waited for; then once it is, or once a suspension holds work back in its buffer.
     fn ready_due(&self) -> bool {
         !self.config.ready_when_waited()
             || self.waited

@@ -314,10 +314,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// Reports alternate Ready/Idle, an Idle comes only while the queue is drained, and a
-    /// drained queue reports it in the end.
+    /// drained queue reports it in the end. So too for a queue whose Ready waits for a wait
+    /// (`waits`: the application waits after every so many steps).
     #[test]
-    /// So too for a queue whose Ready waits for a wait (`waits`: the application waits after
-    /// every so many steps).
     fn a_queue_reports_idle_when_drained_and_always(
         steps in proptest::collection::vec(step(), 1..80),
         waits in proptest::option::of(1..5usize),

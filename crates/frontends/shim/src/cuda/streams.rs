@@ -162,8 +162,9 @@ pub fn all() -> Vec<Arc<StreamQueue>> {
         .unwrap_or_default()
 }
 
-/// The application waits for `stream`'s work: it synchronizes or queries the stream. Its queue
-/// reports Ready now if it had not (`QueueConfig::with_ready_when_waited`).
+/// The application waits for `stream`'s work: it synchronizes or queries the stream, or puts a
+/// host function behind its work. Its queue reports Ready now if it had not
+/// (`QueueConfig::with_ready_when_waited`).
 pub fn waited(stream: Handle, ptsz: bool) {
     if enabled()
         && let Some(q) = existing(stream, ptsz)
@@ -389,19 +390,20 @@ fn make(stream: Handle, kind: Kind, ctx: usize) -> Option<Arc<StreamQueue>> {
     };
     let lv3 = (s.level == Level::Lv3).then(super::lv3::control).flatten();
     let (threshold, batch) = s.window();
-    let config =
-        match QueueConfig::new(threshold, batch, s.level).map(|c| c.with_ready_when_waited()) {
-            // Lv3 interrupts what is in flight; bounding it by time only cost both sides there
-            // (docs/results/h200-gpu-window.md).
-            Ok(c) => match s.gpu_window_ns().filter(|_| lv3.is_none()) {
-                Some(ns) => c.with_gpu_window(ns),
-                None => c,
-            },
-            Err(e) => {
-                shim_log!("queue settings: {e}; stream passes through");
-                return None;
-            }
-        };
+    let config = match QueueConfig::new(threshold, batch, s.level) {
+        // Lv3 interrupts what is in flight; bounding it by time only cost both sides there
+        // (docs/results/h200-gpu-window.md).
+        Ok(c) => match s.gpu_window_ns().filter(|_| lv3.is_none()) {
+            Some(ns) => c.with_gpu_window(ns),
+            None => c,
+        },
+        Err(e) => {
+            shim_log!("queue settings: {e}; stream passes through");
+            return None;
+        }
+    };
+    // The shim sees the application's waits: they say when a stream's work counts.
+    let config = config.with_ready_when_waited();
     let decl = Declaration {
         device: device.max(0) as u32,
         priority: s.priority,
