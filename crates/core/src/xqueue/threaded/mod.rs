@@ -259,8 +259,8 @@ where
     }
 
     /// The application waits for this queue's work: it blocks on it, polls it or asks to be
-    /// called back. A queue whose
-    /// Ready waits for that ([`crate::QueueConfig::with_ready_when_waited`]) reports it now.
+    /// called back. A queue whose Ready waits for that
+    /// ([`crate::QueueConfig::with_ready_when_waited`]) reports it now.
     pub fn waited(&self) {
         if !self.inner.ready_when_waited || self.inner.reported_active.load(Ordering::Relaxed) {
             return;

@@ -9,37 +9,16 @@
 #include <string.h>
 #include <unistd.h>
 
-void hold(void) {
-    CUstream s = new_stream(CU_STREAM_NON_BLOCKING);
-    K(s, 1, 0, F_GATE, 0);
-    /* Work counts against lower queues once the application waits for it: a query that finds
-     * it unfinished is a wait by polling. */
-    CUresult r = cu.StreamQuery(s);
-    EXPECT(r == NOT_READY, "cuStreamQuery returned %d for the gated kernel", r);
-    say("@holding");
-    expect_line("release");
-    cu.release(1);
-    CHECK(cu.StreamSynchronize(s));
-}
-
 static void called_back(void *arg) { (void)arg; }
 
-/* `hold`, except that it waits for its gated kernel only when the test says so: until then the
- * kernel is work nobody waits for, which leaves lower queues running. It waits as HOLD_WAIT says:
- * a stream query (the default), a query of an event recorded behind the kernel, or a host
- * function behind it (a callback is a wait too). */
-void hold_late(void) {
-    const char *how = getenv("HOLD_WAIT");
-    how = how ? how : "query";
-    CUstream s = new_stream(CU_STREAM_NON_BLOCKING);
-    CUevent ev;
-    CHECK(cu.EventCreate(&ev, 0));
-    K(s, 1, 0, F_GATE, 0);
-    say("@launched");
-    expect_line("wait");
+/* Waits for the gated kernel on `s` as `how` says, without blocking: a stream query, a query of an
+ * event recorded behind the kernel, or a host function behind it (a callback is a wait too). */
+static void wait_for_gated(CUstream s, const char *how) {
     if (!strcmp(how, "event")) {
-        CHECK(cu.EventRecord(ev, s));
-        CUresult r = cu.EventQuery(ev);
+        CUevent behind;
+        CHECK(cu.EventCreate(&behind, 0));
+        CHECK(cu.EventRecord(behind, s));
+        CUresult r = cu.EventQuery(behind);
         EXPECT(r == NOT_READY, "cuEventQuery returned %d for an event behind the gated kernel", r);
     } else if (!strcmp(how, "callback")) {
         CHECK(cu.LaunchHostFunc(s, called_back, NULL));
@@ -47,10 +26,35 @@ void hold_late(void) {
         CUresult r = cu.StreamQuery(s);
         EXPECT(r == NOT_READY, "cuStreamQuery returned %d for the gated kernel", r);
     }
+}
+
+/* Holds until the test says release, then lets the gated kernel end. */
+static void hold_until_released(CUstream s) {
     say("@holding");
     expect_line("release");
     cu.release(1);
     CHECK(cu.StreamSynchronize(s));
+}
+
+/* Work counts against lower queues once the application waits for it. */
+void hold(void) {
+    CUstream s = new_stream(CU_STREAM_NON_BLOCKING);
+    K(s, 1, 0, F_GATE, 0);
+    wait_for_gated(s, "query");
+    hold_until_released(s);
+}
+
+/* `hold`, except that it waits for its gated kernel only when the test says so, as HOLD_WAIT
+ * says (`wait_for_gated`): until then the kernel is work nobody waits for, which leaves lower
+ * queues running. */
+void hold_late(void) {
+    const char *how = getenv("HOLD_WAIT");
+    CUstream s = new_stream(CU_STREAM_NON_BLOCKING);
+    K(s, 1, 0, F_GATE, 0);
+    say("@launched");
+    expect_line("wait");
+    wait_for_gated(s, how ? how : "query");
+    hold_until_released(s);
 }
 
 static CUstream a, b;
