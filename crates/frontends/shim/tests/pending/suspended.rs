@@ -138,23 +138,28 @@ fn launches_held_by_a_suspension_are_waited_for_without_inversion_or_deadlock() 
 
 /// A queue's work stops lower queues once its application waits for it, not at its launch:
 /// the holder's gated kernel leaves the low process running until the holder queries its
-/// stream, queries an event behind it, or asks for a host function behind it.
+/// stream, queries an event behind it, or asks for a host function behind it; so too on a
+/// per-thread stream, and in pass-through mode.
 #[test]
 fn work_stops_lower_queues_once_it_is_waited_for() {
     for how in ["query", "event", "callback"] {
-        once_waited_for(how);
+        once_waited_for(how, &[]);
     }
+    once_waited_for("query", &[("HOLD_STREAM", "per-thread")]);
+    once_waited_for("query", &[("XPREEMPT_PASS_THROUGH", "1")]);
 }
 
-fn once_waited_for(how: &str) {
-    let (daemon, socket) = private_daemon(&format!("waited-{how}"));
+fn once_waited_for(how: &str, env: &[(&str, &str)]) {
+    let tag: String = env
+        .iter()
+        .map(|(k, _)| format!("-{}", k.to_lowercase()))
+        .collect();
+    let (daemon, socket) = private_daemon(&format!("waited-{how}{tag}"));
     let mut low = Proc::spawn("suspended", &under_daemon(&socket, 0), &[]);
     low.expect("@ready");
-    let mut holder = Proc::spawn(
-        "hold-late",
-        &under_daemon(&socket, 10),
-        &[("HOLD_WAIT", how)],
-    );
+    let mut holder_env = vec![("HOLD_WAIT", how)];
+    holder_env.extend_from_slice(env);
+    let mut holder = Proc::spawn("hold-late", &under_daemon(&socket, 10), &holder_env);
     holder.expect("@launched");
     let mut op = Operator::connect(&socket).expect("the operator connects");
     let (low_pid, holder_pid) = (low.child.id(), holder.child.id());
@@ -163,7 +168,7 @@ fn once_waited_for(how: &str) {
         let rows = op.list().expect("list");
         assert!(
             !rows_of(&rows, holder_pid).is_empty() && !held(&rows, low_pid),
-            "{how}: the low process was suspended for work nobody waits for: {rows:#?}"
+            "{how} {env:?}: the low process was suspended for work nobody waits for: {rows:#?}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }

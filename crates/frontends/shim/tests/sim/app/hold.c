@@ -46,10 +46,12 @@ void hold(void) {
 
 /* `hold`, except that it waits for its gated kernel only when the test says so, as HOLD_WAIT
  * says (`wait_for_gated`): until then the kernel is work nobody waits for, which leaves lower
- * queues running. */
+ * queues running. HOLD_STREAM=per-thread launches it on the thread's per-thread stream. */
 void hold_late(void) {
     const char *how = getenv("HOLD_WAIT");
-    CUstream s = new_stream(CU_STREAM_NON_BLOCKING);
+    const char *stream = getenv("HOLD_STREAM");
+    CUstream s = stream && !strcmp(stream, "per-thread") ? CU_STREAM_PER_THREAD
+                                                         : new_stream(CU_STREAM_NON_BLOCKING);
     K(s, 1, 0, F_GATE, 0);
     say("@launched");
     expect_line("wait");
