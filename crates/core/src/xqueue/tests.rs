@@ -404,17 +404,13 @@ fn a_queue_ready_when_waited_reports_a_burst_only_once_it_is_waited_for() {
     };
     assert_eq!(q.waited(), Some(ready));
     assert_eq!(q.waited(), None);
-    let t = dev.next_event().unwrap();
-    dev.advance_to(t);
     assert_eq!(
-        q.poll(&hal, t).unwrap(),
+        poll_next(&dev, &hal, &mut q),
         None,
         "one command is still in flight"
     );
-    let t = dev.next_event().unwrap();
-    dev.advance_to(t);
     assert_eq!(
-        q.poll(&hal, t).unwrap(),
+        poll_next(&dev, &hal, &mut q),
         Some(QueueReport::Idle { generation: 2 })
     );
     // The wait was this burst's: the next one starts unreported again, and a wait on an idle
@@ -442,10 +438,8 @@ fn work_held_back_by_a_suspension_reports_ready_without_a_wait() {
         None,
         "the Ready stands while the work runs"
     );
-    let t = dev.next_event().unwrap();
-    dev.advance_to(t);
     assert_eq!(
-        q.poll(&hal, t).unwrap(),
+        poll_next(&dev, &hal, &mut q),
         Some(QueueReport::Idle { generation: 2 })
     );
 }
@@ -487,14 +481,19 @@ fn a_window_found_empty_with_work_buffered_counts_as_run_dry_unless_suspended() 
     assert_eq!(q.stats().buffered_launches, 20 - 4 - q.pending_len() as u64);
 }
 
+/// Advances the reference device to its next completion and polls the queue there.
+fn poll_next(dev: &RefDevice, hal: &RefQueue, q: &mut XQueue<RefKernel>) -> Option<QueueReport> {
+    let t = dev.next_event().expect("work in flight completes");
+    dev.advance_to(t);
+    q.poll(hal, t).unwrap()
+}
+
 /// Drives the queue to idle on the reference device; returns the most commands seen in flight
 /// after the first completion.
 fn run_to_idle(dev: &RefDevice, hal: &RefQueue, q: &mut XQueue<RefKernel>) -> usize {
     let mut most = 0;
     while !q.is_idle() {
-        let t = dev.next_event().expect("work in flight completes");
-        dev.advance_to(t);
-        q.poll(hal, t).unwrap();
+        poll_next(dev, hal, q);
         most = most.max(q.in_flight_len());
     }
     most
