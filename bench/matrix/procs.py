@@ -93,8 +93,9 @@ class Env:
     """The sharing infrastructure of one mode, for a group of runs: nothing, a private MPS control
     daemon, or a private xpreempt daemon (`--mps` for xp_mps). Always stopped by stop()."""
 
-    def __init__(self, mode, ipc_dir, log_dir, xp_bin, tag):
+    def __init__(self, mode, ipc_dir, log_dir, xp_bin, tag, trace=False):
         self.mode, self.spec = mode, MODES[mode]
+        self.trace = trace
         self.ipc, self.log_dir, self.xp_bin, self.tag = ipc_dir, log_dir, xp_bin, tag
         self.env = base_env()
         self.daemon = None
@@ -127,6 +128,8 @@ class Env:
                     os.remove(stale)
             self.env["XPREEMPT_SOCKET"] = sock
             cmd = [self.xp_bin, "daemon", "--socket", sock] + (["--mps"] if self.spec["xp"] == "mps" else [])
+            if self.trace:
+                cmd += ["--trace", os.path.join(self.log_dir, f"trace-{self.tag}.json")]
             if self.spec["xp"] == "mps":
                 self.xp_mps_pipe = sock + ".mps/pipe"
             logf = open(os.path.join(self.log_dir, f"daemon-{self.tag}.log"), "w")
@@ -177,7 +180,8 @@ class Env:
     def prefix(self, job):
         if not self.spec.get("xp") or self.spec.get("only_role", job["role"]) != job["role"]:
             return []
-        return [self.xp_bin, "run", "--priority", str(job["priority"])] + self.spec.get("run_args", []) + ["--"]
+        args = self.spec.get("run_args", []) + self.spec.get("role_run_args", {}).get(job["role"], [])
+        return [self.xp_bin, "run", "--priority", str(job["priority"])] + args + ["--"]
 
 
 def stop_proc(proc, timeout):

@@ -46,6 +46,8 @@ def parse_args(argv=None):
     p.add_argument("--xpreempt-bin", default=os.environ.get("XPREEMPT_BIN", os.path.join(ROOT, "target", "release", "xpreempt")))
     p.add_argument("--xpreempt-bin-base", default=os.environ.get("XPREEMPT_BIN_BASE"),
                    help="another build of xpreempt, for the modes named <mode>@base (an A/B of two builds)")
+    p.add_argument("--trace", action="store_true",
+                   help="each xpreempt daemon writes its timeline to logs/trace-r<round>-<mode>.json")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--startup-timeout", type=float, default=180.0, help="s for every job of a run to warm up")
     p.add_argument("--stop-timeout", type=float, default=30.0, help="s between SIGTERM and SIGKILL")
@@ -239,12 +241,12 @@ def main(argv=None):
             if key != env_key:
                 if env is not None:
                     env.stop()
-                env, env_key = Env(run["mode"], ipc, dirs["logs"], xp_bin(args, run["mode"]), f"r{run['round']}-{run['mode']}"), key
+                env, env_key = Env(run["mode"], ipc, dirs["logs"], xp_bin(args, run["mode"]), f"r{run['round']}-{run['mode']}", args.trace), key
                 try:
                     env.start()
                 except (EnvError, OSError, subprocess.SubprocessError) as e:
                     env.stop()
-                    env = Env(run["mode"], ipc, dirs["logs"], xp_bin(args, run["mode"]), f"r{run['round']}-{run['mode']}")
+                    env = Env(run["mode"], ipc, dirs["logs"], xp_bin(args, run["mode"]), f"r{run['round']}-{run['mode']}", args.trace)
                     env.broken = str(e)
                     log(f"mode {run['mode']} round {run['round']}: {e}")
             if getattr(env, "broken", None):

@@ -68,6 +68,11 @@ MODES = {
     # costs a pair what it costs (nothing is stopped: a native job is not scheduled).
     "xp_lc_only": {"xp": "plain", "only_role": "LC", "variant_of": "xp"},
     "xp_be_only": {"xp": "plain", "only_role": "BE", "variant_of": "xp"},
+    # `xpreempt run --pass-through` (launches straight to the driver; waits still make a queue
+    # Ready, and level 3 still lowers a stopped process's timeslice) for every job, or for the LC
+    # jobs only: what the launch path costs the LC beside the daemon's stops.
+    "xp_pass": {"xp": "plain", "run_args": ["--pass-through"], "variant_of": "xp"},
+    "xp_lc_pass": {"xp": "plain", "role_run_args": {"LC": ["--pass-through"]}, "variant_of": "xp"},
 }
 # Every xpreempt mode again as `<mode>@base`, run with the binary of `--xpreempt-bin-base`: an A/B
 # of two builds of xpreempt in one run, their rounds interleaved like any other modes.

@@ -128,6 +128,21 @@ class Runner(unittest.TestCase):
         modes = {m["mode"]: m for m in s["scenarios"][0]["modes"]}
         self.assertEqual(modes["xp_mps"]["rows"][1]["runs_ok"], 1)
 
+    def test_trace_has_each_daemon_write_its_timeline_beside_the_logs(self):
+        os.environ["FAKE_XP_LOG"] = os.path.join(self.dir, "xp.log")
+        try:
+            rc, out, _ = self.main([{"name": "pair", "modes": ["xp"], "jobs": [
+                {"job": "lc", "role": "LC", "priority": 10}, {"job": "be", "role": "BE", "priority": 0}]}],
+                "--rounds", "1", "--trace", "--xpreempt-bin", os.path.join(HERE, "testdata", "fake_xpreempt.py"))
+        finally:
+            del os.environ["FAKE_XP_LOG"]
+        self.assertEqual(rc, 0)
+        stopped = [f for f in os.listdir(runner.short_dir(os.path.join(out, "ipc"))) if f.endswith(".stopped")]
+        self.assertEqual(len(stopped), 1)
+        with open(os.path.join(runner.short_dir(os.path.join(out, "ipc")), stopped[0])) as f:
+            argv = f.read().split()
+        self.assertEqual(argv[argv.index("--trace") + 1], os.path.join(out, "logs", "trace-r1-xp.json"))
+
     def test_a_mode_asked_for_that_no_scenario_runs_is_refused(self):
         sc = scenario_file(self.dir, [{"name": "pair", "modes": ["native"], "jobs": [
             {"job": "lc", "role": "LC", "priority": 10}, {"job": "be", "role": "BE", "priority": 0}]}])

@@ -148,6 +148,10 @@ class Plan(unittest.TestCase):
         self.assertEqual((only_lc.prefix(lc), only_lc.prefix(be)), (run + ["10", "--"], []))
         only_be = Env("xp_be_only", "/i", "/l", "/xp", "t")
         self.assertEqual((only_be.prefix(lc), only_be.prefix(be)), ([], run + ["0", "--"]))
+        lc_pass = Env("xp_lc_pass", "/i", "/l", "/xp", "t")
+        self.assertEqual((lc_pass.prefix(lc), lc_pass.prefix(be)), (run + ["10", "--pass-through", "--"], run + ["0", "--"]))
+        both = Env("xp_pass", "/i", "/l", "/xp", "t")
+        self.assertEqual((both.prefix(lc), both.prefix(be)), (run + ["10", "--pass-through", "--"], run + ["0", "--pass-through", "--"]))
 
     def test_mode_filter_and_estimate(self):
         runs = plan(self.scenarios, 1, modes=["native"])
