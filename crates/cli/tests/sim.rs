@@ -55,7 +55,8 @@ fn sim_json_has_the_promised_shape_and_repeats_byte_for_byte() {
                 "runlists",
                 "tasks",
                 "tiers",
-                "unmaps"
+                "unmaps",
+                "yields"
             ]
         );
         assert!(

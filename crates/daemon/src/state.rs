@@ -290,6 +290,8 @@ impl State {
             hints: decl.hints,
             interleave: decl.interleave,
             compute_units: None,
+            // The CUDA HAL cannot move a queue between SMs while it runs.
+            confinable: false,
         };
         if let Some(s) = segment.slot(slot) {
             // A slot reused after an earlier queue starts from nothing.

@@ -19,7 +19,7 @@ pub mod observed;
 #[cfg(feature = "reference")]
 pub mod reference;
 
-pub use xpreempt_types::{Command, Launched, Level, Nanos, Seq};
+pub use xpreempt_types::{Command, ComputeUnits, Launched, Level, Nanos, Seq};
 
 use std::error::Error as StdError;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -60,6 +60,11 @@ pub enum HalError {
         source: BackendError,
     },
 }
+
+/// [`HwQueue::confine`] on hardware that cannot change a queue's compute units while it runs.
+#[derive(Debug, Error)]
+#[error("this hardware queue cannot change its compute units while it runs")]
+pub struct NoSpatialControl;
 
 impl HalError {
     pub fn backend(op: &'static str, source: impl StdError + Send + Sync + 'static) -> Self {
@@ -197,6 +202,24 @@ pub trait HwQueue {
     /// Lv1 instead of interrupting: the hardware stop could not get its work off sooner.
     fn interrupt_cost_ns(&self) -> Option<Nanos> {
         None
+    }
+
+    // ---- Compute units (at any level) ----
+
+    /// Whether [`HwQueue::confine`] can move this queue onto fewer compute units while it runs
+    /// (AMD CU masks). Where it cannot, a queue is stopped for a higher one, never confined.
+    fn can_confine(&self) -> bool {
+        false
+    }
+
+    /// Spatial yield: the queue keeps running, but off `avoid` (the units of the higher queues
+    /// it makes room for); `None` gives it back every unit it was created with. Moving the work
+    /// already running on `avoid` off them is the backend's (the AMD model saves and restores
+    /// every mapped queue, as KFD's runlist re-execution does). Refused where no unit of the
+    /// queue's own would be left.
+    fn confine(&self, avoid: Option<&ComputeUnits>) -> Result<(), HalError> {
+        let _ = avoid;
+        Err(HalError::refused("confine", NoSpatialControl))
     }
 
     #[doc(hidden)]

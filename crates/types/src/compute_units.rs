@@ -30,6 +30,38 @@ impl ComputeUnits {
     pub fn overlaps(&self, other: &Self) -> bool {
         self.0.iter().zip(&other.0).any(|(a, b)| a & b != 0)
     }
+
+    /// The units of either set.
+    pub fn union(&self, other: &Self) -> Self {
+        let (long, short) = if self.0.len() >= other.0.len() {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        let mut words = long.0.clone();
+        for (w, o) in words.iter_mut().zip(&short.0) {
+            *w |= o;
+        }
+        Self(words)
+    }
+
+    /// The units of this set that `other` does not have.
+    pub fn without(&self, other: &Self) -> Self {
+        let mut words = self.0.clone();
+        for (w, o) in words.iter_mut().zip(&other.0) {
+            *w &= !o;
+        }
+        Self(words)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+
+    /// How many units the set holds.
+    pub fn count(&self) -> u32 {
+        self.0.iter().map(|w| w.count_ones()).sum()
+    }
 }
 
 /// Whether queues confined to `a` and `b` (`None`: every unit) can delay each other.
@@ -53,5 +85,18 @@ mod tests {
         assert!(ComputeUnits::range(60, 70).overlaps(&ComputeUnits::range(129, 1)));
         assert!(may_share(None, Some(&low)) && may_share(Some(&high), None));
         assert!(!may_share(Some(&low), Some(&high)));
+    }
+
+    #[test]
+    fn union_and_difference_work_across_word_lengths() {
+        let all = ComputeUnits::range(0, 130);
+        let high = ComputeUnits::range(0, 16);
+        let rest = all.without(&high);
+        assert_eq!(rest.count(), 114);
+        assert!(!rest.overlaps(&high));
+        assert_eq!(rest.union(&high), all);
+        assert_eq!(high.union(&rest), all);
+        assert!(high.without(&all).is_empty());
+        assert!(!high.is_empty() && ComputeUnits::default().is_empty());
     }
 }

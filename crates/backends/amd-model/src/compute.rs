@@ -23,6 +23,17 @@ impl CuMask {
         Self(words)
     }
 
+    /// CU `i` is bit `i % 64` of word `i / 64`; words past the device's CUs are dropped.
+    pub fn from_words(mut words: Vec<u64>, cus: u32) -> Self {
+        words.resize(cus.div_ceil(64) as usize, 0);
+        if !cus.is_multiple_of(64)
+            && let Some(last) = words.last_mut()
+        {
+            *last &= (1u64 << (cus % 64)) - 1;
+        }
+        Self(words)
+    }
+
     pub fn words(&self) -> &[u64] {
         &self.0
     }
@@ -252,6 +263,17 @@ mod tests {
             generation: 0,
             live: false,
         }
+    }
+
+    #[test]
+    fn a_mask_from_words_keeps_only_the_devices_cus() {
+        let m = CuMask::from_words(vec![u64::MAX, u64::MAX, 1], 70);
+        assert_eq!((m.words().len(), m.count()), (2, 70));
+        assert!(m.contains(69) && !m.contains(70));
+        assert_eq!(
+            CuMask::from_words(vec![0b110], 4),
+            CuMask::from_range(1, 2, 4)
+        );
     }
 
     #[test]

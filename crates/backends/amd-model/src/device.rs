@@ -163,6 +163,9 @@ pub struct GpuStats {
     pub displacements: u64,
     /// Idle queues that gave their HQD back to a queue with work.
     pub idle_unmaps: u64,
+    /// Runlists executed again because a queue's CU mask changed (each takes every mapped
+    /// queue off and maps it again).
+    pub runlist_reexecutions: u64,
     /// Time queues with work spent without an HQD, summed over queues (see [`HqdStats`]).
     pub hqd_wait_ns: u64,
     pub max_hqd_wait_ns: u64,

@@ -3,6 +3,7 @@
 //! Lv3 calls the preempt-queue / resume-queue ioctls (CWSR).
 
 use crate::aql::{BarrierAnd, Header, KernelDispatch, Packet};
+use crate::compute::CuMask;
 use crate::device::Gpu;
 use crate::error::ModelError;
 use crate::kfd::Caller;
@@ -10,7 +11,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use xpreempt_hal::{HalError, HwQueue};
-use xpreempt_types::{Command, HostFn, Launched, Level, Op, QueueId, Seq};
+use xpreempt_types::{Command, ComputeUnits, HostFn, Launched, Level, Op, QueueId, Seq};
 
 /// A kernel launch on the model: a loaded code object and its grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +29,15 @@ pub struct AmdHal {
     caller: Caller,
     level: Level,
     callbacks: RefCell<BTreeMap<Seq, HostFn>>,
+    /// The CU mask the queue was created with (`None`: every CU): what `confine(None)` restores.
+    created_mask: Option<CuMask>,
+}
+
+/// `confine` would leave the queue no CU of its own.
+#[derive(Debug, thiserror::Error)]
+#[error("queue {queue}: every CU of its mask is one a higher queue is confined to")]
+pub struct NoUnitLeft {
+    queue: QueueId,
 }
 
 /// Refusals (not allowed in the queue's state or to the caller) come back as such; the rest
@@ -43,12 +53,21 @@ fn hal_err(op: &'static str) -> impl Fn(ModelError) -> HalError {
 
 impl AmdHal {
     pub fn new(gpu: Rc<RefCell<Gpu>>, queue: QueueId, caller: Caller, level: Level) -> Self {
+        let created_mask = {
+            let g = gpu.borrow();
+            let cus = g.config().cus;
+            g.cu_mask_words(queue)
+                .ok()
+                .flatten()
+                .map(|w| CuMask::from_words(w, cus))
+        };
         Self {
             gpu,
             queue,
             caller,
             level,
             callbacks: RefCell::new(BTreeMap::new()),
+            created_mask,
         }
     }
 }
@@ -164,5 +183,36 @@ impl HwQueue for AmdHal {
         let mut gpu = self.gpu.borrow_mut();
         gpu.resume_queue(self.caller, self.queue)
             .map_err(hal_err("restore"))
+    }
+
+    fn can_confine(&self) -> bool {
+        true
+    }
+
+    /// A new CU mask through `update_queue`: the created mask less `avoid`, or the created mask
+    /// again. The model executes the runlist again, as KFD does, so this costs every mapped
+    /// queue a save and a restore.
+    fn confine(&self, avoid: Option<&ComputeUnits>) -> Result<(), HalError> {
+        let mut gpu = self.gpu.borrow_mut();
+        let cus = gpu.config().cus;
+        let mask = match avoid {
+            None => self.created_mask.clone(),
+            Some(avoid) => {
+                let own = self
+                    .created_mask
+                    .clone()
+                    .unwrap_or_else(|| CuMask::all(cus));
+                let rest = ComputeUnits::from_words(own.words().to_vec()).without(avoid);
+                if rest.is_empty() {
+                    return Err(HalError::refused(
+                        "confine",
+                        NoUnitLeft { queue: self.queue },
+                    ));
+                }
+                Some(CuMask::from_words(rest.words().to_vec(), cus))
+            }
+        };
+        gpu.update_queue(self.caller, self.queue, None, Some(mask))
+            .map_err(hal_err("confine"))
     }
 }

@@ -9,7 +9,7 @@ use crate::compute::CuMask;
 use crate::device::{Gpu, MqdState};
 use crate::error::ModelError;
 use crate::ring::Ring;
-use crate::unmap::DestroyMode;
+use crate::unmap::{After, DestroyMode};
 use xpreempt_types::{Priority, ProcessId, QueueId};
 
 /// Who makes a call.
@@ -149,7 +149,11 @@ impl Gpu {
         Ok(())
     }
 
-    /// `update_queue`: a new logical priority and/or CU mask.
+    /// `update_queue`: a new logical priority and/or CU mask. A new CU mask reaches the
+    /// hardware as KFD's does under the HWS: the runlist is executed again, so every mapped
+    /// queue, not only this one, is taken off with its waves saved (CWSR) and mapped again,
+    /// the same path as an oversubscription rotation. Saved waves come back on their queue's
+    /// current mask.
     pub fn update_queue(
         &mut self,
         caller: Caller,
@@ -158,16 +162,27 @@ impl Gpu {
         cu_mask: Option<Option<CuMask>>,
     ) -> Result<(), ModelError> {
         self.owned(caller, queue, "update")?;
+        self.hung()?;
         let q = self.q_mut(queue)?;
         if let Some(p) = logical_priority {
             q.priority = p;
         }
-        if let Some(m) = cu_mask {
-            q.cu_mask = m;
+        if let Some(m) = cu_mask
+            && m != self.queues[queue.0 as usize].cu_mask
+        {
+            self.queues[queue.0 as usize].cu_mask = m;
             let xccs = self
                 .compute
                 .xccs_of(self.queues[queue.0 as usize].cu_mask.as_ref());
             self.queues[queue.0 as usize].xccs = xccs;
+            self.stats.runlist_reexecutions += 1;
+            let mapped: Vec<QueueId> = self
+                .queue_ids()
+                .filter(|&id| self.queues[id.0 as usize].state == MqdState::Mapped)
+                .collect();
+            for id in mapped {
+                self.start_unmap(id, DestroyMode::WavefrontSave, After::Waiting)?;
+            }
         }
         self.pump();
         Ok(())

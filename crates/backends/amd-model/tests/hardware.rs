@@ -354,3 +354,45 @@ fn cwsr_resume_needs_the_checkpoint() {
         "a failed resume changes nothing"
     );
 }
+
+#[test]
+fn a_new_cu_mask_executes_the_runlist_again_and_loses_nothing() {
+    use xpreempt_amd::compute::CuMask;
+    let mut g = gpu(small());
+    let k = kernel(&mut g, "k", 100, false);
+    let a = queue(&mut g, 1, "a", 0);
+    let b = queue(&mut g, 2, "b", 0);
+    let signals: Vec<u64> = [a, b]
+        .iter()
+        .flat_map(|&q| submit(&mut g, q, k, 3, 16))
+        .collect();
+    advance(&mut g, 50_000);
+    let unmaps = g.stats().unmaps;
+    // The same mask again is no change: nothing is taken off.
+    g.update_queue(Caller::process(1), a, None, Some(None))
+        .unwrap();
+    assert_eq!(g.stats().unmaps, unmaps);
+    g.update_queue(
+        Caller::process(1),
+        a,
+        None,
+        Some(Some(CuMask::from_range(0, 4, 8))),
+    )
+    .unwrap();
+    assert_eq!(g.stats().runlist_reexecutions, 1);
+    assert_eq!(
+        g.stats().unmaps,
+        unmaps + 2,
+        "both mapped queues, not only the updated one"
+    );
+    assert_eq!(g.cu_mask_words(a).unwrap(), Some(vec![0b1111]));
+    run_out(&mut g);
+    assert!(signals.iter().all(|&s| g.signal_value(s) == Some(0)));
+    assert_eq!(g.stats().exactly_once_violations, 0);
+    assert_eq!(g.stats().ring_moved_while_preempted, 0);
+    assert!(g.stats().wgs_saved > 0 && g.stats().wgs_restored >= g.stats().wgs_saved);
+    for q in [a, b] {
+        assert_eq!(g.state(q).unwrap(), MqdState::Mapped);
+        assert_eq!(g.ring_ids(q).unwrap(), (3, 3));
+    }
+}

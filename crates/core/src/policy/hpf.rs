@@ -1,11 +1,14 @@
 //! Highest priority first: every queue at the highest effective priority with work runs, all
 //! together, as the hardware would run them; a queue is stopped only while a queue of strictly
 //! higher effective priority has work on compute units it may share (queues confined to
-//! disjoint units do not delay each other). Equal priorities take turns only where a queue's
-//! timeslice hint asks for it: the tied queues with such a hint rotate among themselves (each
-//! for its own slice), beside the tied queues without one.
+//! disjoint units do not delay each other; one held back only by queues confined to some units
+//! yields those units instead, where its hardware can). Equal priorities take turns only where
+//! a queue's timeslice hint asks for it: the tied queues with such a hint rotate among
+//! themselves (each for its own slice), beside the tied queues without one.
 
 use super::{Decision, Policy, QueueView, View, rotate};
+use std::collections::BTreeMap;
+use xpreempt_types::{ComputeUnits, QueueId};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Hpf;
@@ -56,6 +59,41 @@ impl Policy for Hpf {
     fn preemption_rank(&self, queue: &QueueView) -> Option<i64> {
         (queue.hints.timeslice_ns.is_none() && queue.compute_units.is_none())
             .then_some(i64::from(queue.effective_priority))
+    }
+
+    /// A queue held back only by queues confined to some compute units (a small service given
+    /// its own CUs) may keep the rest: it yields the union of their units instead of stopping.
+    /// Not where one of them may use every unit, nor where nothing of its own would be left,
+    /// nor for a queue that takes turns by its timeslice hint.
+    fn spatial_yield(
+        &self,
+        view: &View<'_>,
+        decision: &Decision,
+    ) -> BTreeMap<QueueId, ComputeUnits> {
+        let mut yields = BTreeMap::new();
+        for q in view.queues.iter().filter(|q| !decision.run.contains(&q.id)) {
+            if q.hints.timeslice_ns.is_some() {
+                continue;
+            }
+            let mut avoid: Option<ComputeUnits> = None;
+            let mut confined = true;
+            for h in view.queues.iter().filter(|h| q.held_back_by(h)) {
+                match &h.compute_units {
+                    Some(units) => {
+                        avoid = Some(avoid.map_or_else(|| units.clone(), |a| a.union(units)));
+                    }
+                    None => confined = false,
+                }
+            }
+            if let Some(avoid) = avoid.filter(|_| confined)
+                && q.compute_units
+                    .as_ref()
+                    .is_none_or(|own| !own.without(&avoid).is_empty())
+            {
+                yields.insert(q.id, avoid);
+            }
+        }
+        yields
     }
 }
 
@@ -139,5 +177,38 @@ mod tests {
         qs[0].compute_units = Some(ComputeUnits::range(30, 40));
         assert_eq!(ids(&decide(&qs, 0).run), vec![1]);
         assert_eq!(Hpf.preemption_rank(&qs[0]), None);
+    }
+
+    #[test]
+    fn a_queue_held_back_only_by_confined_queues_may_yield_their_units() {
+        use xpreempt_types::ComputeUnits;
+        let yields = |qs: &[QueueView]| {
+            let view = View { now: 0, queues: qs };
+            Hpf.spatial_yield(&view, &Hpf.decide(&view))
+        };
+        let mut qs = [
+            queue(0, 3, Running),
+            queue(1, 12, Ready),
+            queue(2, 8, Ready),
+            queue(3, 12, Idle),
+        ];
+        qs[1].compute_units = Some(ComputeUnits::range(0, 16));
+        qs[2].compute_units = Some(ComputeUnits::range(16, 8));
+        // Queue 0 (every unit) yields both higher queues' units; queue 2 is not held back.
+        let y = yields(&qs);
+        assert_eq!(y.keys().map(|q| q.0).collect::<Vec<_>>(), vec![0]);
+        assert_eq!(y[&QueueId(0)], ComputeUnits::range(0, 24));
+        // A higher queue that may use every unit stops it outright.
+        qs[3].state = Ready;
+        assert!(yields(&qs).is_empty());
+        qs[3].state = Idle;
+        // Nothing left of its own: stopped.
+        qs[0].compute_units = Some(ComputeUnits::range(0, 20));
+        assert!(yields(&qs).is_empty());
+        qs[0].compute_units = Some(ComputeUnits::range(0, 30));
+        assert_eq!(yields(&qs)[&QueueId(0)], ComputeUnits::range(0, 24));
+        // A queue that takes turns by its timeslice does not yield.
+        qs[0].hints.timeslice_ns = Some(100);
+        assert!(yields(&qs).is_empty());
     }
 }

@@ -26,7 +26,7 @@ pub use rr::RoundRobin;
 
 use crate::sched::protocol::QueueState;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use thiserror::Error;
 use xpreempt_types::Hints;
 use xpreempt_types::{ComputeUnits, Nanos, Priority, ProcessId, QueueId, may_share};
@@ -101,6 +101,19 @@ pub trait Policy: Send {
     fn preemption_rank(&self, queue: &QueueView) -> Option<i64> {
         let _ = queue;
         None
+    }
+
+    /// Spatial yield: queues that `decision` leaves out but that may run instead off the
+    /// compute units given for each, where their hardware can move them
+    /// ([`crate::sched::QueueInfo::confinable`]); the scheduler stops the others. By default
+    /// every queue left out is stopped.
+    fn spatial_yield(
+        &self,
+        view: &View<'_>,
+        decision: &Decision,
+    ) -> BTreeMap<QueueId, ComputeUnits> {
+        let _ = (view, decision);
+        BTreeMap::new()
     }
 }
 

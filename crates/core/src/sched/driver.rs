@@ -9,7 +9,8 @@ use super::protocol::{Action, QueueInfo, QueueReport, SchedEvent};
 use super::scheduler::{SchedError, Scheduler};
 use crate::xqueue::QueueOpError;
 use std::collections::{BTreeMap, BTreeSet};
-use xpreempt_types::{Nanos, QueueId};
+use xpreempt_hal::{HalError, NoSpatialControl};
+use xpreempt_types::{ComputeUnits, Nanos, QueueId};
 
 /// What the driver may do to a queue, whatever its backend. Suspend and resume may change the
 /// queue's activity (they take in completions); the report comes back to the driver instead of
@@ -19,6 +20,14 @@ pub trait QueueControl {
     fn resume(&mut self, now: Nanos) -> Result<Option<QueueReport>, QueueOpError>;
     /// While refused, submissions answer busy and ask for admission again.
     fn set_refused(&mut self, refused: bool);
+
+    /// Keeps the queue running off `avoid` (spatial yield), or on all its units again (`None`);
+    /// see [`xpreempt_hal::HwQueue::confine`]. Only asked of queues registered as
+    /// [`QueueInfo::confinable`].
+    fn confine(&mut self, avoid: Option<&ComputeUnits>) -> Result<(), HalError> {
+        let _ = avoid;
+        Err(HalError::refused("confine", NoSpatialControl))
+    }
 }
 
 /// A scheduler and the queues it controls.
@@ -32,6 +41,8 @@ pub struct Driver<Q> {
     /// Events that applying actions produced, still to decide on.
     work: Vec<SchedEvent>,
     actions: Vec<Action>,
+    /// Queues whose confinement failed in the answer being applied: not resumed by it.
+    unconfined: BTreeSet<QueueId>,
 }
 
 impl<Q: QueueControl> Driver<Q> {
@@ -43,6 +54,7 @@ impl<Q: QueueControl> Driver<Q> {
             announced: BTreeSet::new(),
             work: Vec::new(),
             actions: Vec::new(),
+            unconfined: BTreeSet::new(),
         }
     }
 
@@ -164,6 +176,7 @@ impl<Q: QueueControl> Driver<Q> {
     }
 
     fn step(&mut self, event: SchedEvent, clock: &dyn Fn() -> Nanos) -> Result<(), SchedError> {
+        self.unconfined.clear();
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
         let decided = self
@@ -182,10 +195,30 @@ impl<Q: QueueControl> Driver<Q> {
     fn apply(&mut self, action: Action, clock: &dyn Fn() -> Nanos) {
         let (id, result) = match action {
             Action::Suspend(id) => (id, self.queues.get_mut(&id).map(|q| q.suspend(clock()))),
+            Action::Resume(id) if self.unconfined.contains(&id) => {
+                // Told as a failed resume is, so that the scheduler counts the queue stopped.
+                let _ = self.scheduler.resume_failed(id, clock());
+                return;
+            }
             Action::Resume(id) => (id, self.queues.get_mut(&id).map(|q| q.resume(clock()))),
             Action::Refuse(id) | Action::Admit(id) => {
                 if let Some(q) = self.queues.get_mut(&id) {
                     q.set_refused(matches!(action, Action::Refuse(_)));
+                }
+                return;
+            }
+            Action::Confine(id) => {
+                let avoid = self.scheduler.yielded_units(id).cloned();
+                let Some(q) = self.queues.get_mut(&id) else {
+                    return;
+                };
+                if let Err(e) = q.confine(avoid.as_ref()) {
+                    tracing::warn!(queue = %id, error = %e.chain(), "confine failed: the queue is stopped instead");
+                    // The rest of this answer does not resume it; then the scheduler decides again.
+                    if self.scheduler.confine_failed(id).is_ok() {
+                        self.unconfined.insert(id);
+                        self.work.push(SchedEvent::Timer);
+                    }
                 }
                 return;
             }

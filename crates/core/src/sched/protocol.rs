@@ -19,6 +19,11 @@ pub struct QueueInfo {
     /// The compute units the hardware confines the queue to (`None`: all of them).
     #[serde(default)]
     pub compute_units: Option<ComputeUnits>,
+    /// The queue's hardware can move it off some of its units while it runs
+    /// ([`xpreempt_hal::HwQueue::can_confine`]): held back only by queues confined to some
+    /// units, it yields those units instead of stopping.
+    #[serde(default)]
+    pub confinable: bool,
 }
 
 impl QueueInfo {
@@ -31,6 +36,7 @@ impl QueueInfo {
             hints: Hints::default(),
             interleave: None,
             compute_units: None,
+            confinable: false,
         }
     }
 }
@@ -132,6 +138,10 @@ pub enum Action {
     Refuse(QueueId),
     /// A queue refused earlier is admitted again (or went idle): its submitter may go on.
     Admit(QueueId),
+    /// The queue runs on fewer (or again on all of its) compute units: those its hardware is to
+    /// avoid are [`super::Scheduler::yielded_units`] as of when the action is applied. Comes
+    /// before the queue's `Resume` where both are due.
+    Confine(QueueId),
 }
 
 impl QueueReport {

@@ -14,7 +14,7 @@ use crate::sched::protocol::QueueState;
 use crate::stats::SchedulerStats;
 use std::collections::{BTreeMap, BTreeSet};
 use thiserror::Error;
-use xpreempt_types::{HintError, Nanos, Priority, QueueId};
+use xpreempt_types::{ComputeUnits, HintError, Nanos, Priority, QueueId};
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum SchedError {
@@ -53,6 +53,8 @@ struct Entry {
     run_ns: Nanos,
     /// The priority of work that waits on this queue's buffered commands, if any.
     inherited: Option<Priority>,
+    /// The compute units the queue was last told to stay off (spatial yield).
+    yielding: Option<ComputeUnits>,
 }
 
 pub struct Scheduler {
@@ -144,10 +146,16 @@ impl Scheduler {
     /// Each queue's rank in the policy's preemptive order as of the last decision, for fast
     /// paths that act before the scheduler hears of a change (see
     /// [`Policy::preemption_rank`]). `None` when every decision must go through the scheduler:
-    /// the policy has no such order, hooks may reclassify or refuse a queue, or an interleave
-    /// limit may leave a queue out whatever its rank.
+    /// the policy has no such order, hooks may reclassify or refuse a queue, an interleave
+    /// limit may leave a queue out whatever its rank, or a queue may yield compute units
+    /// instead of stopping.
     pub fn preemption_ranks(&self) -> Option<Vec<RankedQueue>> {
-        if self.hooks.is_some() || self.queues.values().any(|e| e.info.interleave.is_some()) {
+        if self.hooks.is_some()
+            || self
+                .queues
+                .values()
+                .any(|e| e.info.interleave.is_some() || e.info.confinable)
+        {
             return None;
         }
         self.views
@@ -272,6 +280,21 @@ impl Scheduler {
         Ok(&self.actions)
     }
 
+    /// The compute units `queue` is to stay off now (spatial yield), `None` where it runs on
+    /// all of its own.
+    pub fn yielded_units(&self, queue: QueueId) -> Option<&ComputeUnits> {
+        self.queues.get(&queue)?.yielding.as_ref()
+    }
+
+    /// Moving `queue` onto other compute units failed in hardware: it is never confined again,
+    /// so the next decision stops it where it would have yielded.
+    pub fn confine_failed(&mut self, queue: QueueId) -> Result<(), SchedError> {
+        let e = self.entry(queue)?;
+        e.info.confinable = false;
+        e.yielding = None;
+        Ok(())
+    }
+
     /// A resume the scheduler asked for failed in hardware (the queue stayed suspended): decide
     /// again after [`RESUME_RETRY_NS`], which asks for the resume anew.
     pub fn resume_failed(&mut self, queue: QueueId, now: Nanos) -> Result<(), SchedError> {
@@ -341,13 +364,25 @@ impl Scheduler {
         {
             self.stats.inversions += 1;
         }
-        let decision = self.policy.decide(&View {
+        let view = View {
             now,
             queues: &self.views,
-        });
+        };
+        let decision = self.policy.decide(&view);
+        let mut yields = self.policy.spatial_yield(&view, &decision);
+        // Where an interleave limit counts the queues that run, a queue stops rather than yield.
+        let limited = self.queues.values().any(|e| e.info.interleave.is_some());
+        yields.retain(|id, _| !limited && self.queues.get(id).is_some_and(|e| e.info.confinable));
         let run = self.limit_interleave(decision.run);
         for (id, e) in self.queues.iter_mut() {
-            let allow = run.contains(id) && !e.refused;
+            let yielding = yields.remove(id);
+            let allow = (run.contains(id) || yielding.is_some()) && !e.refused;
+            // A stopped queue keeps its units until it runs again; then it runs on what this
+            // decision leaves it, set before it resumes.
+            if allow && yielding != e.yielding {
+                e.yielding = yielding;
+                self.actions.push(Action::Confine(*id));
+            }
             if allow != e.allowed {
                 e.allowed = allow;
                 self.actions.push(if allow {
@@ -422,6 +457,7 @@ impl Entry {
             waiting_since: None,
             run_ns: 0,
             inherited: None,
+            yielding: None,
         }
     }
 

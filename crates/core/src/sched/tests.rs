@@ -210,6 +210,91 @@ fn a_refused_queue_neither_competes_nor_stays_refused_once_idle() {
 }
 
 #[test]
+fn a_queue_yields_a_confined_higher_queues_units_before_it_runs_and_takes_them_back_after() {
+    let units = xpreempt_types::ComputeUnits::range(0, 16);
+    let mut s = hpf();
+    let mut low = QueueInfo::new(QueueId(0), 3);
+    low.confinable = true;
+    let mut high = QueueInfo::new(QueueId(1), 12);
+    high.compute_units = Some(units.clone());
+    let mut wide = QueueInfo::new(QueueId(2), 12);
+    wide.hints = Hints::default();
+    for info in [low, high, wide] {
+        s.handle(0, SchedEvent::Created(info)).unwrap();
+    }
+    ready(&mut s, 0, 0);
+    assert_eq!(ready(&mut s, 10, 1), vec![Action::Confine(QueueId(0))]);
+    assert_eq!(s.yielded_units(QueueId(0)), Some(&units));
+    // A higher queue on every unit stops it; it runs off the 16 units again once that one idles.
+    assert_eq!(ready(&mut s, 20, 2), vec![Action::Suspend(QueueId(0))]);
+    let back = s.handle(30, SchedEvent::Idle(QueueId(2))).unwrap().to_vec();
+    assert_eq!(back, vec![Action::Resume(QueueId(0))]);
+    let all = s.handle(40, SchedEvent::Idle(QueueId(1))).unwrap().to_vec();
+    assert_eq!(all, vec![Action::Confine(QueueId(0))]);
+    assert_eq!(s.yielded_units(QueueId(0)), None);
+    assert_eq!(
+        s.preemption_ranks(),
+        None,
+        "a queue that may yield is not stopped by rank"
+    );
+    // One that failed to move is stopped from then on.
+    s.confine_failed(QueueId(0)).unwrap();
+    assert_eq!(ready(&mut s, 50, 1), vec![Action::Suspend(QueueId(0))]);
+}
+
+/// A queue whose hardware refuses to move it: the answer that confines it does not resume it,
+/// and the next one stops it.
+#[test]
+fn a_queue_that_cannot_be_confined_is_stopped_instead() {
+    struct Stuck(Vec<&'static str>);
+    impl QueueControl for Stuck {
+        fn suspend(
+            &mut self,
+            _: Nanos,
+        ) -> Result<Option<QueueReport>, crate::xqueue::QueueOpError> {
+            self.0.push("suspend");
+            Ok(None)
+        }
+        fn resume(&mut self, _: Nanos) -> Result<Option<QueueReport>, crate::xqueue::QueueOpError> {
+            self.0.push("resume");
+            Ok(None)
+        }
+        fn set_refused(&mut self, _: bool) {}
+    }
+    let driver = || {
+        let mut d = Driver::new(hpf());
+        let mut low = QueueInfo::new(QueueId(0), 3);
+        low.confinable = true;
+        let mut high = QueueInfo::new(QueueId(1), 12);
+        high.compute_units = Some(xpreempt_types::ComputeUnits::range(0, 16));
+        for info in [low, high, QueueInfo::new(QueueId(2), 20)] {
+            d.register(info, Stuck(vec![]), &|| 0).unwrap();
+        }
+        d
+    };
+    let ready = |generation| QueueReport::Ready {
+        pending: 1,
+        generation,
+    };
+    let calls = |d: &Driver<Stuck>| d.queue(QueueId(0)).unwrap().0.clone();
+    // Running when the confined queue comes: stopped, since it could not yield.
+    let mut d = driver();
+    d.report(QueueId(0), ready(1), &|| 1).unwrap();
+    d.report(QueueId(1), ready(1), &|| 2).unwrap();
+    assert_eq!(calls(&d), vec!["suspend"]);
+    assert!(!d.scheduler().is_allowed(QueueId(0)));
+    // Stopped for the queue on every unit; when that one idles it would yield and resume, but
+    // the confine fails: the resume is held, nothing else is asked of it, and it stays stopped.
+    let mut d = driver();
+    d.report(QueueId(2), ready(1), &|| 1).unwrap();
+    d.report(QueueId(1), ready(1), &|| 2).unwrap();
+    d.report(QueueId(2), QueueReport::Idle { generation: 2 }, &|| 3)
+        .unwrap();
+    assert_eq!(calls(&d), vec!["suspend"]);
+    assert!(!d.scheduler().is_allowed(QueueId(0)));
+}
+
+#[test]
 fn a_failed_resume_is_asked_for_again() {
     let mut s = hpf();
     create(&mut s, 0, 1);
@@ -438,18 +523,24 @@ proptest! {
     /// units: a queue runs exactly when no queue with work ranks strictly above it on units it
     /// may share. So nothing is stopped without a strictly higher active queue, every active
     /// queue at the top runs, and a queue on disjoint units is never stopped.
+    /// A queue is stopped only for a strictly higher active queue it shares units with; where
+    /// it can yield units and every such queue is confined to some, it runs off exactly their
+    /// units instead (unless that leaves it none), and otherwise it runs on all of its own.
     #[test]
     fn hpf_stops_a_queue_only_for_a_strictly_higher_one_it_shares_units_with(
         prios in proptest::collection::vec(0i32..4, 2..6),
         units in proptest::collection::vec(proptest::option::of(0u32..3), 6),
+        confinable in proptest::collection::vec(any::<bool>(), 6),
         events in proptest::collection::vec(ev(), 1..60),
     ) {
+        use xpreempt_types::ComputeUnits;
         let n = prios.len() as u32;
         let mut s = hpf();
-        let mask = |u: Option<u32>| u.map(|k| xpreempt_types::ComputeUnits::range(k * 10, 10));
+        let mask = |u: Option<u32>| u.map(|k| ComputeUnits::range(k * 10, 10));
         for (i, &p) in prios.iter().enumerate() {
             let mut info = QueueInfo::new(QueueId(i as u32), p);
             info.compute_units = mask(units[i]);
+            info.confinable = confinable[i];
             s.handle(0, SchedEvent::Created(info)).unwrap();
         }
         let mut now = 0;
@@ -459,12 +550,24 @@ proptest! {
             }
             let views = s.views().to_vec();
             for v in &views {
-                let held = views.iter().any(|h| {
+                let holders: Vec<_> = views.iter().filter(|h| {
                     h.is_active()
                         && h.effective_priority > v.effective_priority
                         && xpreempt_types::may_share(v.compute_units.as_ref(), h.compute_units.as_ref())
+                }).collect();
+                let avoid = holders.iter().try_fold(None, |acc: Option<ComputeUnits>, h| {
+                    let u = h.compute_units.as_ref()?;
+                    Some(Some(acc.map_or_else(|| u.clone(), |a| a.union(u))))
+                }).flatten();
+                let yields = avoid.filter(|a| {
+                    confinable[v.id.0 as usize]
+                        && v.compute_units.as_ref().is_none_or(|own| !own.without(a).is_empty())
                 });
-                prop_assert_eq!(s.is_allowed(v.id), !held, "{:?} among {:?}", v, views);
+                let allowed = holders.is_empty() || yields.is_some();
+                prop_assert_eq!(s.is_allowed(v.id), allowed, "{:?} among {:?}", v, views);
+                if allowed {
+                    prop_assert_eq!(s.yielded_units(v.id), yields.as_ref(), "{:?} among {:?}", v, views);
+                }
             }
         }
     }

@@ -4,8 +4,9 @@
 use super::{QueueOpError, SubmitError, XQueue};
 use crate::sched::{Driver, QueueControl, QueueReport, SchedError};
 use thiserror::Error;
+use xpreempt_hal::HalError;
 use xpreempt_hal::HwQueue;
-use xpreempt_types::{Command, Nanos, QueueId, Seq};
+use xpreempt_types::{Command, ComputeUnits, Nanos, QueueId, Seq};
 
 pub struct BoundQueue<H: HwQueue> {
     queue: XQueue<H::Payload>,
@@ -111,5 +112,9 @@ impl<H: HwQueue> QueueControl for BoundQueue<H> {
 
     fn set_refused(&mut self, refused: bool) {
         self.refused = refused;
+    }
+
+    fn confine(&mut self, avoid: Option<&ComputeUnits>) -> Result<(), HalError> {
+        self.hal.confine(avoid)
     }
 }

@@ -403,6 +403,8 @@ pub(crate) fn local_info(id: QueueId, decl: &QueueDecl) -> QueueInfo {
         hints: decl.hints,
         interleave: decl.interleave,
         compute_units: None,
+        // The CUDA HAL cannot move a queue between SMs while it runs.
+        confinable: false,
     }
 }
 

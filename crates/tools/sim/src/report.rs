@@ -67,6 +67,9 @@ pub struct ModeReport {
     /// Unmaps by an HWS quantum rotation, and busy queues unmapped for a higher one.
     pub rotations: u64,
     pub displacements: u64,
+    /// CU-mask changes (spatial yield: a lower queue giving up a higher queue's CUs, or taking
+    /// them back), each a runlist executed again.
+    pub yields: u64,
     /// Time queues with work waited for an HQD (summed over queues), and the longest wait.
     pub hqd_wait_us: f64,
     pub max_hqd_wait_us: f64,
@@ -300,6 +303,7 @@ fn mode_report(
         unmaps: run.stats.unmaps,
         rotations: run.stats.rotations,
         displacements: run.stats.displacements,
+        yields: run.stats.runlist_reexecutions,
         hqd_wait_us: us(run.stats.hqd_wait_ns),
         max_hqd_wait_us: us(run.stats.max_hqd_wait_ns),
     }

@@ -10,7 +10,9 @@ use xpreempt_core::policy::{self, UnknownPolicy};
 use xpreempt_core::sched::{Driver, Hooks, QueueInfo, SchedError, Scheduler};
 use xpreempt_core::stats::{QueueStats, SchedulerStats};
 use xpreempt_core::xqueue::{BoundQueue, DriveError};
-use xpreempt_core::{Command, CommandProps, Level, Nanos, Priority, QueueConfig, QueueId, XQueue};
+use xpreempt_core::{
+    Command, CommandProps, HwQueue, Level, Nanos, Priority, QueueConfig, QueueId, XQueue,
+};
 use xpreempt_types::ComputeUnits;
 
 #[derive(Debug, Error)]
@@ -54,10 +56,10 @@ impl SchemeB {
                 .flatten()
                 .map(ComputeUnits::from_words);
             let window = windows.get(i).copied().unwrap_or_default();
-            let queue = BoundQueue::new(
-                XQueue::new(id, window, level),
-                AmdHal::new(gpu.clone(), q, caller, level),
-            );
+            let hal = AmdHal::new(gpu.clone(), q, caller, level);
+            // Held back only by queues on some CUs, it keeps the others (update_queue's mask).
+            info.confinable = hal.can_confine();
+            let queue = BoundQueue::new(XQueue::new(id, window, level), hal);
             driver.register(info, queue, &|| 0)?;
         }
         Ok(Self { driver })

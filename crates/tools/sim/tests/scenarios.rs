@@ -142,3 +142,41 @@ fn disjoint_compute_units_are_never_preempted() {
         );
     }
 }
+
+/// A service confined to 16 CUs holds the training back on those 16 only: at every level the
+/// training yields them instead of stopping, keeps the other 64, and the service still runs as
+/// fast as alone. Stopping the training would leave it 1.17× its time alone.
+#[test]
+fn a_lower_queue_yields_a_confined_service_its_units_instead_of_stopping() {
+    for (name, train_bound, infer_bound, yields) in [
+        ("small-service.toml", 1.06, 1.01, 2),
+        ("small-service-bursts.toml", 1.12, 1.06, 50),
+    ] {
+        let s = load(name);
+        let (r, _) = simulate(
+            &s,
+            &[Mode::Lv1, Mode::Lv2, Mode::Lv3],
+            &SimOptions::default(),
+        )
+        .unwrap();
+        for m in &r.modes {
+            let task = |n: &str| m.tasks.iter().find(|t| t.name == n).unwrap();
+            let x = |n: &str| task(n).latency_us.unwrap() / task(n).standalone_us.unwrap();
+            assert!(
+                x("train") <= train_bound,
+                "{name} {}: train {:.3}× alone",
+                m.mode,
+                x("train")
+            );
+            let infer = task("infer");
+            let p99 = infer.latency_pct_us.unwrap().p99 / infer.standalone_us.unwrap();
+            assert!(
+                p99 <= infer_bound,
+                "{name} {}: infer p99 {p99:.3}× alone",
+                m.mode
+            );
+            assert_eq!((m.yields, m.preemptions), (yields, 0), "{name} {}", m.mode);
+            assert!(m.exactly_once, "{name} {}: {:?}", m.mode, m.problems);
+        }
+    }
+}

@@ -131,7 +131,7 @@ fn pct_ms(d: Option<&Distribution>) -> String {
 /// One line per mode: how long, how much, how busy, and what the HWS did.
 fn summary_lines(report: &SimReport) -> String {
     let mut s = format!(
-        "{:<9} {:>12} {:>10} {:>9} {:>9} {:>6} {:>7} {:>9} {:>12}\n",
+        "{:<9} {:>12} {:>10} {:>9} {:>9} {:>6} {:>7} {:>9} {:>6} {:>12}\n",
         "mode",
         "makespan ms",
         "kernels/s",
@@ -140,12 +140,13 @@ fn summary_lines(report: &SimReport) -> String {
         "maps",
         "unmaps",
         "rotations",
+        "yields",
         "HQD wait ms"
     );
     for m in &report.modes {
         let _ = writeln!(
             s,
-            "{:<9} {:>12.3} {:>10.1} {:>8.1}% {:>9} {:>6} {:>7} {:>9} {:>12.3}",
+            "{:<9} {:>12.3} {:>10.1} {:>8.1}% {:>9} {:>6} {:>7} {:>9} {:>6} {:>12.3}",
             m.mode,
             m.makespan_us / 1e3,
             m.kernels_per_s,
@@ -154,6 +155,7 @@ fn summary_lines(report: &SimReport) -> String {
             m.maps,
             m.unmaps,
             m.rotations,
+            m.yields,
             m.hqd_wait_us / 1e3
         );
     }
