@@ -369,10 +369,15 @@ impl Scheduler {
             queues: &self.views,
         };
         let decision = self.policy.decide(&view);
-        let mut yields = self.policy.spatial_yield(&view, &decision);
-        // Where an interleave limit counts the queues that run, a queue stops rather than yield.
-        let limited = self.queues.values().any(|e| e.info.interleave.is_some());
-        yields.retain(|id, _| !limited && self.queues.get(id).is_some_and(|e| e.info.confinable));
+        // Only queues whose hardware can move them yield; where an interleave limit counts the
+        // queues that run, they stop instead.
+        let mut yields = BTreeMap::new();
+        if self.queues.values().any(|e| e.info.confinable)
+            && self.queues.values().all(|e| e.info.interleave.is_none())
+        {
+            yields = self.policy.spatial_yield(&view, &decision);
+            yields.retain(|id, _| self.queues.get(id).is_some_and(|e| e.info.confinable));
+        }
         let run = self.limit_interleave(decision.run);
         for (id, e) in self.queues.iter_mut() {
             let yielding = yields.remove(id);
