@@ -162,7 +162,6 @@ impl Gpu {
         cu_mask: Option<Option<CuMask>>,
     ) -> Result<(), ModelError> {
         self.owned(caller, queue, "update")?;
-        self.hung()?;
         let q = self.q_mut(queue)?;
         if let Some(p) = logical_priority {
             q.priority = p;
@@ -170,6 +169,7 @@ impl Gpu {
         if let Some(m) = cu_mask
             && m != self.queues[queue.0 as usize].cu_mask
         {
+            self.hung()?;
             self.queues[queue.0 as usize].cu_mask = m;
             let xccs = self
                 .compute

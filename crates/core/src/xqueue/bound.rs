@@ -4,8 +4,7 @@
 use super::{QueueOpError, SubmitError, XQueue};
 use crate::sched::{Driver, QueueControl, QueueReport, SchedError};
 use thiserror::Error;
-use xpreempt_hal::HalError;
-use xpreempt_hal::HwQueue;
+use xpreempt_hal::{HalError, HwQueue};
 use xpreempt_types::{Command, ComputeUnits, Nanos, QueueId, Seq};
 
 pub struct BoundQueue<H: HwQueue> {
