@@ -61,6 +61,9 @@ MODES = {
     "mps_prio_be50": {"mps": True, "be_client_priority": "1", "be_thread_percentage": "50",
                       "variant_of": "mps_prio"},
     "xp_mps_be50": {"xp": "mps", "be_thread_percentage": "50", "variant_of": "xp_mps"},
+    "mps_prio_be70": {"mps": True, "be_client_priority": "1", "be_thread_percentage": "70",
+                      "variant_of": "mps_prio"},
+    "xp_mps_be70": {"xp": "mps", "be_thread_percentage": "70", "variant_of": "xp_mps"},
     # The BE's window bounded by command count only (no GPU-time bound): the A/B of that bound.
     "xp_count": {"xp": "plain", "be_env": {"XPREEMPT_GPU_WINDOW_US": "0"}, "variant_of": "xp"},
     "xp_mps_count": {"xp": "mps", "be_env": {"XPREEMPT_GPU_WINDOW_US": "0"}, "variant_of": "xp_mps"},
