@@ -76,7 +76,7 @@ impl Gpu {
                     && self.queues[qi]
                         .unmap
                         .as_ref()
-                        .is_some_and(|u| u.after == After::Waiting) =>
+                        .is_some_and(|u| u.after.waits()) =>
             {
                 // The HWS is already taking it off (a rotation or hand-off): it stays off once
                 // the save lands instead of waiting for a slot. The HWS's own save is the
@@ -161,7 +161,7 @@ impl Gpu {
         self.stats.wgs_redone += redo.len() as u64;
         self.stats.unmaps += 1;
         q.hqd.unmaps += 1;
-        if after == After::Waiting {
+        if after.waits() {
             self.hqd_wait_begin(qi);
         }
         if mode != DestroyMode::Drain || running == 0 {
@@ -185,6 +185,7 @@ impl Gpu {
             let name = match after {
                 After::Preempted => "preempt",
                 After::Waiting => "hws-rotate",
+                After::Remapped => "runlist-remap",
             };
             t.marker(queue.0, name, now, args);
         }
@@ -238,7 +239,7 @@ impl Gpu {
         let slot = q.slot.take();
         q.state = match u.after {
             After::Preempted => MqdState::Preempted,
-            After::Waiting => MqdState::Waiting,
+            After::Waiting | After::Remapped => MqdState::Waiting,
         };
         for (cu, waves) in u.hold {
             self.compute.release(cu, waves, self.now);
@@ -251,6 +252,7 @@ impl Gpu {
         let kind = match u.after {
             After::Preempted => "preempt",
             After::Waiting => "oversubscription-unmap",
+            After::Remapped => "runlist-remap",
         };
         self.transitions.push(TransitionRecord {
             queue: QueueId(queue),
@@ -258,7 +260,7 @@ impl Gpu {
             requested_at: u.since,
             done_at: self.now,
         });
-        if u.after == After::Waiting {
+        if u.after.waits() {
             self.waiting.push_back(queue);
             self.hqd_wait_begin(qi);
         } else {

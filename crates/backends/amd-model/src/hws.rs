@@ -217,7 +217,7 @@ impl Gpu {
         let q = &mut self.queues[qi];
         let off = match q.state {
             MqdState::Waiting | MqdState::Mapping => true,
-            MqdState::Unmapping => q.unmap.as_ref().is_some_and(|u| u.after == After::Waiting),
+            MqdState::Unmapping => q.unmap.as_ref().is_some_and(|u| u.after.waits()),
             _ => false,
         };
         if busy && off && q.hqd_wait_since.is_none() {

@@ -151,9 +151,9 @@ impl Gpu {
 
     /// `update_queue`: a new logical priority and/or CU mask. A new CU mask reaches the
     /// hardware as KFD's does under the HWS: the runlist is executed again, so every mapped
-    /// queue, not only this one, is taken off with its waves saved (CWSR) and mapped again,
-    /// the same path as an oversubscription rotation. Saved waves come back on their queue's
-    /// current mask.
+    /// queue, not only this one, is taken off with its waves saved (CWSR) and mapped again
+    /// (`runlist-remap` in the trace), waiting for its HQD as a rotation does. Saved waves come
+    /// back on their queue's current mask.
     pub fn update_queue(
         &mut self,
         caller: Caller,
@@ -181,7 +181,7 @@ impl Gpu {
                 .filter(|&id| self.queues[id.0 as usize].state == MqdState::Mapped)
                 .collect();
             for id in mapped {
-                self.start_unmap(id, DestroyMode::WavefrontSave, After::Waiting)?;
+                self.start_unmap(id, DestroyMode::WavefrontSave, After::Remapped)?;
             }
         }
         self.pump();

@@ -10,7 +10,8 @@
 //! wave of the queue runs again. Stalls while the queue stays mapped are not gaps.
 //!
 //! Markers come from two places. The model's own are hardware transitions, named `hw-preempt`
-//! (an unmap that preempts), `hws-rotate` (an unmap that makes room under oversubscription) and
+//! (an unmap that preempts), `hws-rotate` (an unmap that makes room under oversubscription),
+//! `runlist-remap` (an unmap because the runlist is executed again: a CU mask changed) and
 //! `hw-resume` (a preempted queue mapped again). Whoever drives the model adds the decisions
 //! (`preempt`, `resume`) and request arrivals with [`TraceBuf::marker`] under those names: the
 //! counts of `preempt`/`resume` then match the scheduler's, which may stop a queue without the
@@ -138,7 +139,7 @@ impl TraceBuf {
     /// An instant marker on a queue's track. The model's own names are renamed to say they
     /// are hardware transitions (see the module's documentation).
     pub fn marker(&mut self, queue: u32, name: &str, at: Nanos, args: Value) {
-        if matches!(name, "preempt" | "hws-rotate")
+        if matches!(name, "preempt" | "hws-rotate" | "runlist-remap")
             && let Some(o) = self.off.get_mut(queue as usize)
         {
             o.unmapped = true;

@@ -22,6 +22,15 @@ pub(crate) enum After {
     Preempted,
     /// An oversubscription rotation: waits in line for the next free HQD.
     Waiting,
+    /// A runlist executed again (a queue's CU mask changed): waits in line as a rotation does.
+    Remapped,
+}
+
+impl After {
+    /// Whether the queue waits for an HQD once off, rather than staying off until resumed.
+    pub fn waits(self) -> bool {
+        matches!(self, After::Waiting | After::Remapped)
+    }
 }
 
 #[derive(Clone, Debug)]
