@@ -217,9 +217,7 @@ fn a_queue_yields_a_confined_higher_queues_units_before_it_runs_and_takes_them_b
     low.confinable = true;
     let mut high = QueueInfo::new(QueueId(1), 12);
     high.compute_units = Some(units.clone());
-    let mut wide = QueueInfo::new(QueueId(2), 12);
-    wide.hints = Hints::default();
-    for info in [low, high, wide] {
+    for info in [low, high, QueueInfo::new(QueueId(2), 12)] {
         s.handle(0, SchedEvent::Created(info)).unwrap();
     }
     ready(&mut s, 0, 0);
@@ -521,11 +519,10 @@ fn an_inherited_priority_lifts_a_queue_until_it_is_returned() {
 proptest! {
     /// The priority rule under HPF, for any priorities (ties included), activity and compute
     /// units: a queue runs exactly when no queue with work ranks strictly above it on units it
-    /// may share. So nothing is stopped without a strictly higher active queue, every active
-    /// queue at the top runs, and a queue on disjoint units is never stopped.
-    /// A queue is stopped only for a strictly higher active queue it shares units with; where
-    /// it can yield units and every such queue is confined to some, it runs off exactly their
-    /// units instead (unless that leaves it none), and otherwise it runs on all of its own.
+    /// may share, or when it can yield units and every such queue is confined to some (unless
+    /// that leaves it none): then it runs off exactly their units, and otherwise on all of its
+    /// own. So nothing is stopped without a strictly higher active queue, every active queue at
+    /// the top runs, and a queue on disjoint units is never stopped.
     #[test]
     fn hpf_stops_a_queue_only_for_a_strictly_higher_one_it_shares_units_with(
         prios in proptest::collection::vec(0i32..4, 2..6),
