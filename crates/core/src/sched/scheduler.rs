@@ -290,6 +290,8 @@ impl Scheduler {
     /// so the next decision stops it where it would have yielded.
     pub fn confine_failed(&mut self, queue: QueueId) -> Result<(), SchedError> {
         let e = self.entry(queue)?;
+        // The declaration too: a hook's reclassification starts from it.
+        e.declared.confinable = false;
         e.info.confinable = false;
         e.yielding = None;
         Ok(())

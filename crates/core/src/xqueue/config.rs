@@ -103,12 +103,12 @@ impl QueueConfig {
 
     /// The queue reports Ready once its work is waited for ([`XQueue::waited`]: the application
     /// blocks on it, polls it or asks to be called back) or held back (buffered while the queue
-    /// is suspended), not at
-    /// the submission that starts a burst. A queue's Ready is what stops the queues below it,
-    /// so work nobody waits on runs beside them: a launch-bound application that rarely waits
-    /// (eager decoding, whose GPU keeps up with its launches) no longer holds a GPU-bound lower
-    /// queue back for as long as it launches, only while it waits. For front ends that see the
-    /// application's waits; the others report Ready at submission.
+    /// is suspended), not at the submission that starts a burst. A queue's Ready is what stops
+    /// the queues below it, so work nobody waits on runs beside them: a launch-bound
+    /// application that rarely waits (eager decoding, whose GPU keeps up with its launches) no
+    /// longer holds a GPU-bound lower queue back for as long as it launches, only while it
+    /// waits. For front ends that see the application's waits; the others report Ready at
+    /// submission.
     ///
     /// [`XQueue::waited`]: crate::XQueue::waited
     pub fn with_ready_when_waited(mut self) -> Self {

@@ -30,8 +30,8 @@ impl<P> XQueue<P> {
     }
 
     /// The application waits for this queue's work (it blocks on it, polls it or asks to be
-    /// called back): a queue
-    /// that reports Ready only then ([`crate::QueueConfig::with_ready_when_waited`]) owes it now.
+    /// called back): a queue that reports Ready only then
+    /// ([`crate::QueueConfig::with_ready_when_waited`]) owes it now.
     pub fn waited(&mut self) -> Option<QueueReport> {
         if !self.is_idle() {
             self.waited = true;

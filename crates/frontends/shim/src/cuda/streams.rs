@@ -164,9 +164,9 @@ pub fn all() -> Vec<Arc<StreamQueue>> {
 
 /// The application waits for `stream`'s work: it synchronizes or queries the stream, or puts a
 /// host function behind its work. Its queue reports Ready now if it had not
-/// (`QueueConfig::with_ready_when_waited`).
-/// Any queue counts, a per-thread stream's and pass-through's observers among them (unlike
-/// [`existing`], which gives only the queues that may hold commands back).
+/// (`QueueConfig::with_ready_when_waited`). Any queue counts, a per-thread stream's and
+/// pass-through's observers among them (unlike [`existing`], which gives only the queues that
+/// may hold commands back).
 pub fn waited(stream: Handle, ptsz: bool) {
     if !enabled() {
         return;
